@@ -1,0 +1,7 @@
+"""robot_rl simulation: tasks, robot model, domain randomization, MuJoCo C and MJX backends, experts."""
+
+from sim.config import ConfigError, EnvConfig, RandomizationConfig
+from sim.env import BatchedEnv, make, make_from_config
+from sim.tasks import TASKS
+
+__all__ = ["BatchedEnv", "ConfigError", "EnvConfig", "RandomizationConfig", "TASKS", "make", "make_from_config"]

@@ -1,0 +1,81 @@
+"""Action spaces: normalized actions in [-1, 1] -> actuator targets, as shared array code.
+
+ee_delta  [dx, dy, dz, (dyaw,) grip]: end-effector displacement (m, scaled by max_ee_delta) and yaw change,
+          turned into joint position targets by one damped-least-squares IK step from the current state;
+          the gripper points down. grip: -1 closed, +1 fully open (80 mm).
+joint_pos [q1..q7, grip]: absolute arm joint targets, -1/+1 at the published joint limits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim import kinematics as kin
+from sim import robot
+from sim.config import EnvConfig
+from sim.task import Phys, Task
+
+
+class ActionSpace:
+    def __init__(self, cfg: EnvConfig, task: Task):
+        self.kind = cfg.action_space
+        self.cfg = cfg
+        self.task = task
+        self.use_yaw = bool(task.cfg.use_yaw)
+        if self.kind == "ee_delta":
+            self.dim = 5 if self.use_yaw else 4
+        else:
+            self.dim = robot.N_ARM + 1
+        self.low = -np.ones(self.dim, dtype=np.float32)
+        self.high = np.ones(self.dim, dtype=np.float32)
+
+    @property
+    def neutral(self) -> np.ndarray:
+        """Hold still with the gripper open (joint_pos: the home posture)."""
+        if self.kind == "ee_delta":
+            a = np.zeros(self.dim, dtype=np.float32)
+        else:
+            a = (2 * (robot.HOME_QPOS - robot.ARM_LOWER) / (robot.ARM_UPPER - robot.ARM_LOWER) - 1).astype(np.float32)
+            a = np.append(a, 0.0).astype(np.float32)
+        a[-1] = 1.0
+        return a
+
+    def to_ctrl(self, xp, action, phys: Phys):
+        """Actuator targets [..., nu] for actions [..., dim] (assumed finite, clipped here)."""
+        a = xp.clip(action, -1.0, 1.0)
+        lay = self.task.layout
+        q = phys.qpos[..., lay.arm_qpos]
+        lower = xp.asarray(robot.ARM_LOWER + 0.01, dtype=q.dtype)
+        upper = xp.asarray(robot.ARM_UPPER - 0.01, dtype=q.dtype)
+        if self.kind == "joint_pos":
+            q_target = lower + 0.5 * (a[..., :7] + 1.0) * (upper - lower)
+        else:
+            c = self.cfg
+            ee = lay.sensor(phys, "ee_pos")
+            cur_axes = lay.ee_axes(phys)
+            target = xp.clip(
+                ee + c.max_ee_delta * a[..., :3],
+                xp.asarray(c.workspace_low, dtype=q.dtype),
+                xp.asarray(c.workspace_high, dtype=q.dtype),
+            )
+            if self.use_yaw:
+                yaw = kin.gripper_yaw(xp, cur_axes[0]) + c.max_yaw_delta * a[..., 3]
+            else:
+                yaw = xp.zeros_like(ee[..., 0])
+            des_axes = kin.down_frame(xp, yaw)
+            err = xp.concatenate([target - ee, kin.orientation_error(xp, cur_axes, des_axes)], axis=-1)
+            anchors, axes = lay.joint_anchors_axes(xp, phys)
+            jac = kin.arm_jacobian(xp, anchors, axes, ee)
+            dq = kin.dls_step(
+                xp, jac, err, q, xp.asarray(robot.HOME_QPOS, dtype=q.dtype), c.ik_damping, c.ik_null_gain
+            )
+            q_target = xp.clip(q + dq, lower, upper)
+        grip = 0.5 * (a[..., -1:] + 1.0) * robot.FINGER_MAX
+        return xp.concatenate([q_target, grip, grip], axis=-1)
+
+
+def delay(xp, buffer, action, latency):
+    """Push `action` into the latency buffer [..., L+1, A] (newest first); return (buffer, executed action)."""
+    buffer = xp.concatenate([action[..., None, :], buffer[..., :-1, :]], axis=-2)
+    executed = xp.take_along_axis(buffer, latency[..., None, None], axis=-2)[..., 0, :]
+    return buffer, executed

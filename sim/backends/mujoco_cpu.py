@@ -1,0 +1,166 @@
+"""MuJoCo C backend: physics through `mujoco.rollout` (C++ thread pool, GIL released), task logic in numpy.
+
+The batch's physics state is one array [N, nstate] (mjSTATE_FULLPHYSICS); qpos / qvel / mocap_pos are
+views into it. Each control step is one rollout call of `substeps` physics steps for all envs; task
+code then runs once over all envs as batched numpy ([N, ...]). Each env has its own MjModel copy so
+that domain randomization is per env.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import mujoco
+import numpy as np
+from mujoco import rollout
+
+from sim import actions, core, rng
+from sim.config import EnvConfig
+from sim.env import BatchedEnv
+from sim.randomization import ModelFields
+from sim.task import Phys
+
+
+class MujocoEnv(BatchedEnv):
+    def __init__(self, cfg: EnvConfig):
+        super().__init__(cfg)
+        task, n = self.task, self.num_envs
+        self.model = mujoco.MjModel.from_xml_string(
+            task.model_xml(cfg.physics_dt, cfg.solver_iterations, cfg.ls_iterations)
+        )
+        task.bind(self.model)
+        self.fields = ModelFields(self.model, task)
+        self.models = [copy.copy(self.model) for _ in range(n)]
+        self.substeps = cfg.substeps
+        threads = min(cfg.threads or os.cpu_count() or 1, n)
+        self._rollout = rollout.Rollout(nthread=threads)
+        self._thread_datas = [mujoco.MjData(self.model) for _ in range(max(threads, 1))]
+        self._scratch = mujoco.MjData(self.model)
+        lay = task.layout
+        self._spec = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
+        nstate = mujoco.mj_stateSize(self.model, self._spec)
+        off = state_offsets(self.model, self._spec)
+        self.state = np.zeros((n, nstate))
+        self.qpos = self.state[:, off["QPOS"] : off["QPOS"] + lay.nq]
+        self.qvel = self.state[:, off["QVEL"] : off["QVEL"] + lay.nv]
+        # Mocap bodies (goal markers, fixtures) are not physics state: they ride in the control vector.
+        self._control_spec = int(mujoco.mjtState.mjSTATE_CTRL.value | mujoco.mjtState.mjSTATE_MOCAP_POS.value)
+        self._control = np.zeros((n, self.substeps, lay.nu + 3 * lay.nmocap))
+        self.mocap_pos = np.zeros((n, lay.nmocap, 3))
+        self.sensordata = np.zeros((n, lay.nsensordata))
+        self.ctrl = np.zeros((n, lay.nu))
+        self._state_out = np.zeros((n, self.substeps, nstate))
+        self._sens_out = np.zeros((n, self.substeps, lay.nsensordata))
+        self.target = np.zeros((n, task.target_dim), dtype=np.float32)
+        self.params: dict = {}
+        self.key = np.zeros(n, dtype=np.uint32)
+        self.episode = np.zeros(n, dtype=np.uint32)
+        self.steps = np.zeros(n, dtype=np.int32)
+        self.ret = np.zeros(n, dtype=np.float32)
+        self.latency_buf = np.zeros((n, cfg.randomization.max_latency + 1, self.action_dim), dtype=np.float32)
+        self._seeded = False
+
+    # ---- physics ----------------------------------------------------------------------------------
+    def _physics(self) -> None:
+        nu = self.ctrl.shape[1]
+        self._control[:, :, :nu] = self.ctrl[:, None, :]
+        self._control[:, :, nu:] = self.mocap_pos.reshape(self.num_envs, 1, -1)
+        self._rollout.rollout(
+            self.models, self._thread_datas, self.state, self._control, control_spec=self._control_spec,
+            nstep=self.substeps, skip_checks=True, state=self._state_out, sensordata=self._sens_out,
+        )
+        self.state[:] = self._state_out[:, -1]
+        self.sensordata[:] = self._sens_out[:, -1]
+
+    def phys(self) -> Phys:
+        return Phys(self.qpos, self.qvel, self.sensordata, self.mocap_pos)
+
+    # ---- reset --------------------------------------------------------------------------------------
+    def _reset_envs(self, idx: np.ndarray) -> None:
+        params, qpos, mocap, target = core.sample_episode(
+            np, self.task, self.cfg.randomization, self.key[idx], self.episode[idx]
+        )
+        lay = self.task.layout
+        d = self._scratch
+        for j, i in enumerate(idx):
+            m = self.models[i]
+            self.fields.apply_mujoco(m, {k: float(v[j]) for k, v in params.items() if k != "latency"})
+            mujoco.mj_resetData(m, d)
+            d.qpos[:] = qpos[j]
+            if lay.nmocap:
+                d.mocap_pos[:] = mocap[j]
+            mujoco.mj_forward(m, d)
+            mujoco.mj_getState(m, d, self.state[i], self._spec)
+            self.sensordata[i] = d.sensordata
+            self.mocap_pos[i] = d.mocap_pos
+        for k, v in params.items():
+            self.params.setdefault(k, np.zeros(self.num_envs, dtype=v.dtype))[idx] = v
+        self.target[idx] = target
+        self.steps[idx] = 0
+        self.ret[idx] = 0.0
+        self.latency_buf[idx] = self.action_space.neutral
+
+    def _observe(self) -> dict:
+        return core.observe(
+            np, self.task, self.phys(), self.target, self.params, self.cfg.randomization.obs_noise_std,
+            self.key, self.episode, self.steps,
+        )
+
+    def _reset(self, seed: int) -> dict:
+        self.key = rng.env_key(np, seed, np.arange(self.num_envs))
+        self.episode[:] = 0
+        self._reset_envs(np.arange(self.num_envs))
+        self._seeded = True
+        return self._observe()
+
+    # ---- step ---------------------------------------------------------------------------------------
+    def _step(self, action: np.ndarray):
+        if not self._seeded:
+            raise RuntimeError("call reset(seed) before step()")
+        self.latency_buf, executed = actions.delay(np, self.latency_buf, action, self.params["latency"])
+        self.ctrl = self.action_space.to_ctrl(np, executed.astype(np.float64), self.phys())
+        self._physics()
+        self.steps += 1
+        reward, success, progress = core.evaluate(np, self.task, self.phys(), self.target, self.params)
+        reward = reward.astype(np.float32)
+        self.ret += reward
+        obs = self._observe()
+        truncated = self.steps >= self.task.cfg.episode_steps
+        terminated = success & self.cfg.terminate_on_success
+        done = terminated | truncated
+        info = {
+            "success": success,
+            "progress": progress.astype(np.float32),
+            "intervention": np.zeros(self.num_envs, dtype=bool),
+            "terminated": terminated,
+            "truncated": truncated & ~terminated,
+            "episode_return": self.ret.copy(),
+            "episode_length": self.steps.copy(),
+        }
+        if done.any():
+            info["final_obs"] = {k: v.copy() for k, v in obs.items()}
+            idx = np.nonzero(done)[0]
+            self.episode[idx] += 1
+            self._reset_envs(idx)
+            fresh = self._observe()
+            for k in obs:
+                obs[k][idx] = fresh[k][idx]
+        else:
+            info["final_obs"] = obs
+        return obs, reward, done, info
+
+    def close(self) -> None:
+        if self._rollout is not None:
+            self._rollout.close()
+            self._rollout = None
+
+
+def state_offsets(model, spec: int) -> dict[str, int]:
+    """Offset of each mjtState component (e.g. "QPOS") inside a state vector of `spec`."""
+    out, pos = {}, 0
+    for bit in sorted(mujoco.mjtState.__members__.values(), key=lambda b: b.value):
+        v = bit.value
+        if v and (v & (v - 1)) == 0 and spec & v:
+            out[bit.name.replace("mjSTATE_", "")] = pos
+            pos += mujoco.mj_stateSize(model, v)
+    return out

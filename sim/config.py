@@ -1,0 +1,136 @@
+"""Environment configuration: one dataclass tree, validated before any simulation starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+BACKENDS = ("mujoco", "mjx")
+ACTION_SPACES = ("ee_delta", "joint_pos")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key and the fix."""
+
+
+def _range(name: str, v, *, positive: bool = False, nonneg: bool = False) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={v!r} must be a [min, max] pair of numbers") from None
+    if lo > hi:
+        raise ConfigError(f"{name}=[{lo}, {hi}] has min > max; give [min, max] with min <= max")
+    if positive and lo <= 0:
+        raise ConfigError(f"{name}=[{lo}, {hi}] must be > 0 (it scales a physical quantity)")
+    if nonneg and lo < 0:
+        raise ConfigError(f"{name}=[{lo}, {hi}] must be >= 0")
+    return lo, hi
+
+
+@dataclasses.dataclass
+class RandomizationConfig:
+    """Per-episode domain randomization. Scales multiply the nominal model value; [1, 1] turns one off."""
+
+    friction: tuple[float, float] = (1.0, 1.0)  # scale on sliding friction of the object's contacts
+    object_mass: tuple[float, float] = (1.0, 1.0)  # scale on the object's mass (and inertia)
+    object_size: tuple[float, float] = (1.0, 1.0)  # scale on the object's geometry (lift/push)
+    joint_damping: tuple[float, float] = (1.0, 1.0)  # scale on arm joint damping
+    armature: tuple[float, float] = (1.0, 1.0)  # scale on arm joint armature
+    actuator_gain: tuple[float, float] = (1.0, 1.0)  # scale on arm position-servo stiffness kp
+    obs_noise_std: float = 0.0  # std of Gaussian noise added to every observation entry
+    action_latency: tuple[int, int] = (0, 0)  # control ticks an action is delayed, drawn per episode
+
+    def validate(self) -> None:
+        for name in ("friction", "object_mass", "object_size", "joint_damping", "armature", "actuator_gain"):
+            setattr(self, name, _range(f"randomization.{name}", getattr(self, name), positive=True))
+        lat = _range("randomization.action_latency", self.action_latency, nonneg=True)
+        if any(x != int(x) for x in lat):
+            raise ConfigError(f"randomization.action_latency={list(lat)} must be whole control ticks")
+        self.action_latency = (int(lat[0]), int(lat[1]))
+        if not (self.obs_noise_std >= 0 and math.isfinite(self.obs_noise_std)):
+            raise ConfigError(f"randomization.obs_noise_std={self.obs_noise_std} must be a finite number >= 0")
+
+    @property
+    def max_latency(self) -> int:
+        return self.action_latency[1]
+
+
+@dataclasses.dataclass
+class EnvConfig:
+    """Everything that defines a batched environment except the task's own numbers (task_config)."""
+
+    task: str = "lift"
+    backend: str = "mujoco"  # mujoco (MuJoCo C, CPU threads) | mjx (JAX, jit + vmap; GPUs)
+    num_envs: int = 16
+    control_hz: float = 20.0  # policy / action rate
+    physics_dt: float = 0.005  # s per physics step; control_hz * physics_dt * substeps == 1
+    action_space: str = "ee_delta"  # ee_delta | joint_pos
+    max_ee_delta: float = 0.02  # m per control step for a full-scale ee_delta action
+    max_yaw_delta: float = 0.15  # rad per control step for a full-scale yaw action
+    ik_damping: float = 0.05  # damped-least-squares lambda
+    ik_null_gain: float = 0.2  # pull toward the home posture in the Jacobian's null space
+    workspace_low: tuple[float, float, float] = (0.25, -0.35, 0.005)  # m, clip of ee targets
+    workspace_high: tuple[float, float, float] = (0.75, 0.35, 0.45)
+    terminate_on_success: bool = True  # end the episode at the first success
+    solver_iterations: int = 4
+    ls_iterations: int = 8
+    threads: int = 0  # MuJoCo C worker threads; 0 = one per core
+    device: str = "cpu"  # MJX device: cpu | gpu | cuda | cuda:1 ...
+    randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
+    task_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of the task's defaults
+
+    @property
+    def substeps(self) -> int:
+        return int(round(1.0 / (self.control_hz * self.physics_dt)))
+
+    def validate(self, task_names) -> None:
+        if self.task not in task_names:
+            raise ConfigError(f"unknown task {self.task!r}; valid tasks: {', '.join(sorted(task_names))}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}; valid backends: {', '.join(BACKENDS)}")
+        if self.action_space not in ACTION_SPACES:
+            raise ConfigError(
+                f"unknown action_space {self.action_space!r}; valid action spaces: {', '.join(ACTION_SPACES)}"
+            )
+        if int(self.num_envs) != self.num_envs or self.num_envs < 1:
+            raise ConfigError(f"num_envs={self.num_envs} must be a whole number >= 1")
+        if not (self.control_hz > 0 and self.physics_dt > 0):
+            raise ConfigError("control_hz and physics_dt must be > 0")
+        n = 1.0 / (self.control_hz * self.physics_dt)
+        if n < 1 - 1e-6 or abs(n - round(n)) > 1e-6:
+            raise ConfigError(
+                f"control_hz={self.control_hz} and physics_dt={self.physics_dt} give {n:.3f} physics steps per "
+                "control step; choose them so 1 / (control_hz * physics_dt) is a whole number"
+            )
+        for name in ("max_ee_delta", "max_yaw_delta", "ik_damping"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        if any(lo >= hi for lo, hi in zip(self.workspace_low, self.workspace_high)):
+            raise ConfigError(f"workspace_low={list(self.workspace_low)} must be below workspace_high")
+        if self.threads < 0:
+            raise ConfigError(f"threads={self.threads} must be >= 0 (0 = one per core)")
+        if isinstance(self.randomization, dict):
+            self.randomization = RandomizationConfig(**self.randomization)
+        self.randomization.validate()
+
+
+def from_mapping(cfg: Any) -> EnvConfig:
+    """EnvConfig from a dict / OmegaConf node with unknown keys reported by name."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = dict(cfg)
+    known = {f.name for f in dataclasses.fields(EnvConfig)}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise ConfigError(f"unknown env config key(s) {unknown}; valid keys: {sorted(known)}")
+    rand = dict(cfg.pop("randomization", None) or {})
+    rknown = {f.name for f in dataclasses.fields(RandomizationConfig)}
+    if set(rand) - rknown:
+        raise ConfigError(f"unknown randomization key(s) {sorted(set(rand) - rknown)}; valid keys: {sorted(rknown)}")
+    for k in ("workspace_low", "workspace_high"):
+        if k in cfg:
+            cfg[k] = tuple(cfg[k])
+    return EnvConfig(**cfg, randomization=RandomizationConfig(**rand))

@@ -1,0 +1,43 @@
+"""Per-step logic shared by both backends, over an array namespace: reset sampling and task outputs."""
+
+from __future__ import annotations
+
+from sim import rng
+from sim.config import RandomizationConfig
+from sim.randomization import sample_params
+from sim.task import Phys, Task
+
+
+def episode_stream(xp, key, episode):
+    """Key of one env's episode; per-step draws use (stream, step)."""
+    return rng.pcg_hash(xp, xp.asarray(key, dtype=xp.uint32) ^ rng.pcg_hash(xp, xp.asarray(episode, dtype=xp.uint32)))
+
+
+def sample_episode(xp, task: Task, rcfg: RandomizationConfig, key, episode):
+    """Randomization draws and initial (qpos, mocap_pos, target) for one episode per env."""
+    params = sample_params(xp, rcfg, key, episode)
+    u = rng.uniform(xp, key, episode, rng.RESET, task.n_reset_uniforms)
+    qpos, mocap, target = task.sample_reset(xp, u, params)
+    return params, qpos, mocap, target
+
+
+def observe(xp, task: Task, phys: Phys, target, params, noise_std: float, key, episode, step):
+    """Task observation with per-entry Gaussian noise (std 0 adds nothing); float32."""
+    obs = task.observe(xp, phys, target, params)
+    out = {}
+    stream = episode_stream(xp, key, episode)
+    for i, (k, v) in enumerate(sorted(obs.items())):
+        v = v.astype(xp.float32)
+        if noise_std > 0:
+            v = v + xp.float32(noise_std) * rng.normal(xp, stream ^ xp.uint32(i + 1), step, rng.OBS_NOISE, v.shape[-1])
+        out[k] = v
+    return out
+
+
+def evaluate(xp, task: Task, phys: Phys, target, params):
+    """(reward, success, progress) for the current state."""
+    return (
+        task.reward(xp, phys, target, params),
+        task.success(xp, phys, target, params),
+        task.progress(xp, phys, target, params),
+    )

@@ -1,0 +1,130 @@
+"""Scripted experts: batched feedback controllers over observations, one per task.
+
+They read only the observation dict (so observation noise affects them as it would a policy) and emit
+ee_delta actions. `noise` is the std of Gaussian noise added to every action entry (then clipped): the
+sub-optimality knob for collecting imperfect demonstrations. noise=0 is the reference expert.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.env import BatchedEnv
+
+
+class Expert:
+    def __init__(self, env: BatchedEnv, noise: float = 0.0, seed: int = 0):
+        if env.cfg.action_space != "ee_delta":
+            raise ValueError(
+                f"scripted experts emit ee_delta actions; the env uses action_space={env.cfg.action_space!r}. "
+                "Make the env with action_space=ee_delta"
+            )
+        if noise < 0:
+            raise ValueError(f"expert noise={noise} must be >= 0")
+        self.env = env
+        self.noise = float(noise)
+        self.max_delta = env.cfg.max_ee_delta
+        self.max_yaw = env.cfg.max_yaw_delta
+        self.use_yaw = env.action_space.use_yaw
+        self.tcfg = env.task.cfg
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: dict) -> np.ndarray:
+        a = self.clean_action(obs)
+        if self.noise > 0:
+            a = a + self.noise * self.rng.standard_normal(a.shape).astype(np.float32)
+        return np.clip(a, -1.0, 1.0).astype(np.float32)
+
+    def clean_action(self, obs: dict) -> np.ndarray:
+        raise NotImplementedError
+
+    # helpers -------------------------------------------------------------------------------------
+    def move(self, delta: np.ndarray) -> np.ndarray:
+        """ee_delta translation part for a desired displacement (m), saturated at a full step."""
+        return np.clip(delta / self.max_delta, -1.0, 1.0)
+
+    def pack(self, move, grip, dyaw=None) -> np.ndarray:
+        parts = [move]
+        if self.use_yaw:
+            parts.append((np.zeros(len(move)) if dyaw is None else np.clip(dyaw / self.max_yaw, -1, 1))[:, None])
+        parts.append(np.asarray(grip, dtype=np.float64)[:, None])
+        return np.concatenate(parts, axis=1).astype(np.float32)
+
+
+def ee_pos(obs):
+    return obs["proprio"][:, 15:18].astype(np.float64)
+
+
+def gripper_width(obs):
+    return obs["proprio"][:, 14].astype(np.float64)
+
+
+def ee_yaw(obs):
+    return np.arctan2(obs["proprio"][:, 19], obs["proprio"][:, 18]).astype(np.float64)
+
+
+class LiftExpert(Expert):
+    """Hover above the cube, descend, close, lift straight up."""
+
+    def clean_action(self, obs):
+        o = obs["object"].astype(np.float64)
+        cube, rel, togo = o[:, 0:3], o[:, 7:10], o[:, 10]
+        ee, width = ee_pos(obs), gripper_width(obs)
+        xy_err = np.linalg.norm(rel[:, :2], axis=1)
+        holding = (xy_err < 0.02) & (np.abs(rel[:, 2]) < 0.02) & (width < 0.055)
+        lifted = holding & (self.tcfg.lift_height - togo > 0.01)
+        aligned = xy_err < 0.006
+        low = rel[:, 2] > -0.008
+        target = cube.copy()
+        target[:, 2] = np.where(aligned, cube[:, 2], cube[:, 2] + 0.06)
+        # keep descending only once above the cube; move in xy at hover height first
+        target[:, 2] = np.where(~aligned & (xy_err > 0.02), np.maximum(ee[:, 2], cube[:, 2] + 0.04), target[:, 2])
+        close = (aligned & low) | holding
+        lift_target = ee + np.array([0.0, 0.0, 1.0]) * (togo[:, None] + 0.03)
+        target = np.where((holding & (width < 0.045))[:, None] | lifted[:, None], lift_target, target)
+        grip = np.where(close | lifted, -1.0, 1.0)
+        return self.pack(self.move(target - ee), grip)
+
+
+EXPERTS = {"lift": LiftExpert}
+
+
+def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0) -> Expert:
+    try:
+        cls = EXPERTS[env.task.name]
+    except KeyError:
+        raise ValueError(f"no scripted expert for task {env.task.name!r}; experts exist for {sorted(EXPERTS)}") from None
+    return cls(env, noise=noise, seed=seed)
+
+
+def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress=None) -> dict:
+    """Roll `policy.act(obs)` until `episodes` episodes finished; success rate, returns, lengths."""
+    obs = env.reset(seed)
+    succ, rets, lens = [], [], []
+    ever = np.zeros(env.num_envs, dtype=bool)
+    # Count only episodes that started within the first `episodes` slots so the sample is not biased
+    # toward short (successful) episodes.
+    started = np.ones(env.num_envs, dtype=np.int64)
+    total_started = env.num_envs
+    slots = np.arange(env.num_envs) < episodes
+    while len(succ) < episodes:
+        obs, r, done, info = env.step(policy.act(obs))
+        ever |= info["success"]
+        for i in np.nonzero(done)[0]:
+            if slots[i]:
+                succ.append(bool(ever[i]))
+                rets.append(float(info["episode_return"][i]))
+                lens.append(int(info["episode_length"][i]))
+                if progress is not None:
+                    progress(1)
+            ever[i] = False
+            slots[i] = total_started < episodes
+            total_started += 1
+            started[i] += 1
+    return {
+        "episodes": len(succ),
+        "success_rate": float(np.mean(succ)),
+        "mean_return": float(np.mean(rets)),
+        "mean_length": float(np.mean(lens)),
+        "successes": succ,
+    }

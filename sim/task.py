@@ -1,0 +1,216 @@
+"""The Task interface: one definition, run by both backends.
+
+A task is pure array functions of the physics state, written against an array namespace `xp` so the
+same code runs batched under numpy (MuJoCo C backend, arrays [N, ...]) and per env under jax.numpy
+(MJX backend, inside vmap). Every function indexes with `[..., k]`, never with a leading batch axis.
+
+Physics state is read only through `Phys` (qpos, qvel, sensordata, mocap_pos); robot quantities come from
+frame sensors defined in robot.py. `target` is a per-episode task vector (goal, hole pose, ...) sampled at
+reset; `params` are the per-episode domain-randomization draws (see randomization.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import mujoco
+import numpy as np
+
+from sim import kinematics as kin
+from sim import robot
+
+
+class Phys(NamedTuple):
+    """The physics state a task may read. Shapes [..., nq], [..., nv], [..., nsensordata], [..., nmocap, 3]."""
+
+    qpos: Any
+    qvel: Any
+    sensordata: Any
+    mocap_pos: Any
+
+
+class Layout:
+    """Static indices into the compiled model (sensor slices, joint addresses), shared by both backends."""
+
+    def __init__(self, model: mujoco.MjModel):
+        self.sensors: dict[str, slice] = {}
+        for i in range(model.nsensor):
+            name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i)
+            adr, dim = int(model.sensor_adr[i]), int(model.sensor_dim[i])
+            self.sensors[name] = slice(adr, adr + dim)
+        self.arm_qpos = np.array([model.jnt_qposadr[model.joint(j).id] for j in robot.ARM_JOINTS])
+        self.arm_dof = np.array([model.jnt_dofadr[model.joint(j).id] for j in robot.ARM_JOINTS])
+        self.finger_qpos = np.array([model.jnt_qposadr[model.joint(j).id] for j in robot.FINGER_JOINTS])
+        assert (np.diff(self.arm_qpos) == 1).all() and self.finger_qpos[0] == self.arm_qpos[-1] + 1
+        self.robot_nq = int(self.finger_qpos[-1] + 1)
+        self.nq, self.nv, self.nu, self.nmocap = model.nq, model.nv, model.nu, model.nmocap
+        self.nsensordata = model.nsensordata
+
+    def sensor(self, phys: Phys, name: str):
+        return phys.sensordata[..., self.sensors[name]]
+
+    def joint_anchors_axes(self, xp, phys: Phys):
+        sd = phys.sensordata
+        anchors = xp.stack([sd[..., self.sensors[f"link{i}_pos"]] for i in range(1, 8)], axis=-2)
+        axes = xp.stack([sd[..., self.sensors[f"link{i}_axis"]] for i in range(1, 8)], axis=-2)
+        return anchors, axes
+
+    def ee_axes(self, phys: Phys):
+        return tuple(self.sensor(phys, f"ee_{a}axis") for a in "xyz")
+
+
+@dataclasses.dataclass
+class TaskConfig:
+    """Numbers every task has. Task files subclass this and list their own with comments."""
+
+    episode_steps: int = 100  # control steps per episode (time limit)
+    arm_qpos_noise: float = 0.05  # rad, uniform +- noise on each arm joint at reset
+    object_x: tuple[float, float] = (0.40, 0.55)  # m, range of the object's reset x
+    object_y: tuple[float, float] = (-0.15, 0.15)  # m, range of the object's reset y
+    object_yaw: tuple[float, float] = (-0.5, 0.5)  # rad, range of the object's reset yaw
+    use_yaw: bool = False  # ee_delta actions carry a yaw command (5-D instead of 4-D)
+
+    def validate(self, name: str) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v):
+                if v[0] > v[1]:
+                    raise ValueError(f"task {name}: {f.name}={list(v)} has min > max; give [min, max] with min <= max")
+        if self.episode_steps < 1:
+            raise ValueError(f"task {name}: episode_steps={self.episode_steps} must be >= 1")
+        if self.arm_qpos_noise < 0:
+            raise ValueError(f"task {name}: arm_qpos_noise={self.arm_qpos_noise} must be >= 0")
+
+
+def lerp(u, lo_hi):
+    """Map uniforms u in [0,1) onto [lo, hi)."""
+    return lo_hi[0] + u * (lo_hi[1] - lo_hi[0])
+
+
+class Task:
+    """Base class: robot model glue, proprioception and the reset of the arm. Subclasses add objects."""
+
+    name: str = ""
+    config_cls: type[TaskConfig] = TaskConfig
+    target_dim: int = 3
+    object_body: str = "object"  # free body that domain randomization scales (mass)
+    object_geoms: tuple[str, ...] = ("object",)  # geoms whose size / pair friction are randomized
+    size_randomizable: bool = True
+    n_reset_uniforms: int = 16
+    default_instruction: str = ""
+
+    def __init__(self, config: TaskConfig | None = None):
+        self.cfg = config if config is not None else self.config_cls()
+        self.cfg.validate(self.name)
+        self.layout: Layout | None = None
+
+    # ---- model -----------------------------------------------------------------------------------
+    def objects_xml(self) -> str:
+        raise NotImplementedError
+
+    def sensors_xml(self) -> str:
+        return ""
+
+    def pairs_xml(self) -> str:
+        return ""
+
+    def model_xml(self, timestep: float, solver_iterations: int = 4, ls_iterations: int = 8) -> str:
+        return robot.build_scene_xml(
+            objects_xml=self.objects_xml(),
+            sensors_xml=self.sensors_xml(),
+            pairs_xml=self.pairs_xml() + robot.table_pairs_xml(),
+            timestep=timestep,
+            solver_iterations=solver_iterations,
+            ls_iterations=ls_iterations,
+        )
+
+    def bind(self, model: mujoco.MjModel) -> None:
+        """Read static indices and nominal sizes from the compiled model."""
+        self.layout = Layout(model)
+        self.obj_qpos = int(model.jnt_qposadr[model.body(self.object_body).jntadr[0]])
+        self.obj_dof = int(model.jnt_dofadr[model.body(self.object_body).jntadr[0]])
+        self.obj_half = np.array(model.geom_size[model.geom(self.object_geoms[0]).id], dtype=np.float64)
+
+    # ---- shared robot parts ------------------------------------------------------------------------
+    def arm_reset_qpos(self, xp, u):
+        """Arm and finger qpos at reset [..., 9] from uniforms u [..., 7]."""
+        arm = xp.asarray(robot.HOME_QPOS, dtype=u.dtype) + self.cfg.arm_qpos_noise * (2.0 * u - 1.0)
+        fingers = xp.full(u.shape[:-1] + (2,), robot.FINGER_MAX, dtype=u.dtype)
+        return xp.concatenate([arm, fingers], axis=-1)
+
+    def ee(self, phys: Phys):
+        return self.layout.sensor(phys, "ee_pos")
+
+    def gripper_width(self, phys: Phys):
+        """Distance between the finger pads' inner faces (m)."""
+        q = phys.qpos[..., self.layout.finger_qpos]
+        return q[..., 0] + q[..., 1] - 0.005
+
+    def object_pos(self, phys: Phys):
+        return phys.qpos[..., self.obj_qpos : self.obj_qpos + 3]
+
+    def object_quat(self, phys: Phys):
+        return phys.qpos[..., self.obj_qpos + 3 : self.obj_qpos + 7]
+
+    def proprio(self, xp, phys: Phys):
+        """proprio [..., 20]: arm qpos (7), arm qvel (7), gripper width (1), ee pos (3), cos/sin ee yaw (2)."""
+        lay = self.layout
+        yaw = kin.gripper_yaw(xp, lay.sensor(phys, "ee_xaxis"))
+        return xp.concatenate(
+            [
+                phys.qpos[..., lay.arm_qpos],
+                phys.qvel[..., lay.arm_dof],
+                self.gripper_width(phys)[..., None],
+                self.ee(phys),
+                xp.cos(yaw)[..., None],
+                xp.sin(yaw)[..., None],
+            ],
+            axis=-1,
+        )
+
+    def grasped(self, xp, phys: Phys, params):
+        """Object held between the pads: near the grip site and the fingers closed on it."""
+        half = self.obj_half[1] * params["size"]
+        rel = self.object_pos(phys) - self.ee(phys)
+        near = xp.sqrt(xp.sum(rel**2, axis=-1)) < 0.6 * half + 0.01
+        w = self.gripper_width(phys)
+        return near & (w < 2.0 * half * 1.42 + 0.002) & (w > 2.0 * half - 0.012)
+
+    # ---- the task's own functions (subclasses) -----------------------------------------------------
+    def sample_reset(self, xp, u, params):
+        """(qpos [..., nq], mocap_pos [..., nmocap, 3], target [..., target_dim]) from uniforms u."""
+        raise NotImplementedError
+
+    def observe(self, xp, phys: Phys, target, params) -> dict:
+        raise NotImplementedError
+
+    def reward(self, xp, phys: Phys, target, params):
+        raise NotImplementedError
+
+    def success(self, xp, phys: Phys, target, params):
+        raise NotImplementedError
+
+    def progress(self, xp, phys: Phys, target, params):
+        raise NotImplementedError
+
+    def instructions(self) -> list[str]:
+        raise NotImplementedError
+
+    def obs_dims(self) -> dict[str, int]:
+        """Sizes of each observation key, by calling observe on a neutral state."""
+        lay = self.layout
+        phys = Phys(
+            np.zeros(lay.nq), np.zeros(lay.nv), np.zeros(lay.nsensordata), np.zeros((lay.nmocap, 3))
+        )
+        obs = self.observe(np, phys, np.zeros(self.target_dim), neutral_params(np, ()))
+        return {k: int(v.shape[-1]) for k, v in obs.items()}
+
+
+def neutral_params(xp, shape) -> dict:
+    """Domain-randomization draws that leave the nominal model unchanged."""
+    ones = xp.ones(shape, dtype=xp.float32)
+    return {
+        "friction": ones, "mass": ones, "size": ones, "damping": ones, "armature": ones, "gain": ones,
+        "latency": xp.zeros(shape, dtype=xp.int32),
+    }
