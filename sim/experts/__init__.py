@@ -63,37 +63,20 @@ def ee_yaw(obs):
     return np.arctan2(obs["proprio"][:, 19], obs["proprio"][:, 18]).astype(np.float64)
 
 
-class LiftExpert(Expert):
-    """Hover above the cube, descend, close, lift straight up."""
+def _registry() -> dict:
+    # Imported lazily: each task's expert lives in its own module next to the others.
+    from sim.experts.lift import LiftExpert
 
-    def clean_action(self, obs):
-        o = obs["object"].astype(np.float64)
-        cube, rel, togo = o[:, 0:3], o[:, 7:10], o[:, 10]
-        ee, width = ee_pos(obs), gripper_width(obs)
-        xy_err = np.linalg.norm(rel[:, :2], axis=1)
-        holding = (xy_err < 0.02) & (np.abs(rel[:, 2]) < 0.02) & (width < 0.055)
-        lifted = holding & (self.tcfg.lift_height - togo > 0.01)
-        aligned = xy_err < 0.006
-        low = rel[:, 2] > -0.008
-        target = cube.copy()
-        target[:, 2] = np.where(aligned, cube[:, 2], cube[:, 2] + 0.06)
-        # keep descending only once above the cube; move in xy at hover height first
-        target[:, 2] = np.where(~aligned & (xy_err > 0.02), np.maximum(ee[:, 2], cube[:, 2] + 0.04), target[:, 2])
-        close = (aligned & low) | holding
-        lift_target = ee + np.array([0.0, 0.0, 1.0]) * (togo[:, None] + 0.03)
-        target = np.where((holding & (width < 0.045))[:, None] | lifted[:, None], lift_target, target)
-        grip = np.where(close | lifted, -1.0, 1.0)
-        return self.pack(self.move(target - ee), grip)
-
-
-EXPERTS = {"lift": LiftExpert}
+    return {"lift": LiftExpert}
 
 
 def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0) -> Expert:
     try:
-        cls = EXPERTS[env.task.name]
+        cls = _registry()[env.task.name]
     except KeyError:
-        raise ValueError(f"no scripted expert for task {env.task.name!r}; experts exist for {sorted(EXPERTS)}") from None
+        raise ValueError(
+            f"no scripted expert for task {env.task.name!r}; experts exist for {sorted(_registry())}"
+        ) from None
     return cls(env, noise=noise, seed=seed)
 
 
