@@ -25,10 +25,11 @@ FINGER_MAX = 0.04  # each finger travels 0..40 mm: 80 mm maximum opening
 # (tests/test_robot.py checks it still holds). Used as the reset pose and the IK null-space target.
 HOME_QPOS = np.array([0.0, -0.1725, 0.0, -2.5042, 0.0, 2.3318, 0.7854])
 
-# Position servo gains (N m / rad) and implicit damping (N m s / rad), Panda-like ordering.
+# Position servo gains (N m / rad) and implicit damping (N m s / rad), Panda-like ordering. The arm servos
+# are not force-clamped: MuJoCo C drops a saturated actuator's kv from its implicit step and MJX does not,
+# so clamping would make the backends diverge. Torque limits belong to the deployment safety layer.
 ARM_KP = (4500.0, 4500.0, 3500.0, 3500.0, 2000.0, 2000.0, 2000.0)
 ARM_KV = (120.0, 120.0, 100.0, 100.0, 40.0, 40.0, 40.0)
-ARM_FORCE = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
 FINGER_KP = 400.0
 FINGER_FORCE = 40.0
 
@@ -91,7 +92,7 @@ def _actuators_xml() -> str:
     for i in range(N_ARM):
         xml += (
             f"<position name='act{i + 1}' joint='joint{i + 1}' kp='{ARM_KP[i]}' kv='{ARM_KV[i]}' "
-            f"ctrlrange='{ARM_LOWER[i]} {ARM_UPPER[i]}' forcerange='-{ARM_FORCE[i]} {ARM_FORCE[i]}'/>"
+            f"ctrlrange='{ARM_LOWER[i]} {ARM_UPPER[i]}'/>"
         )
     for side in ("left", "right"):
         xml += (

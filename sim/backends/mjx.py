@@ -1,0 +1,191 @@
+"""MJX backend: the same task code under jax.numpy, jit + vmap over N envs, pure functional reset/step.
+
+Functional API (for jit-compiled training loops):
+    env = MjxEnv(cfg)
+    state = env.reset(keys)            # keys: uint32 [N] from sim.rng.env_key
+    state = env.step(state, action)    # action [N, A]; auto-reset inside
+`State` is a pytree (data, obs, reward, done, metrics, info), as in MuJoCo Playground. Per-episode
+domain-randomization draws live in `info["params"]`; each env's model is built from them inside vmap,
+so randomized fields are batched without copying the model. Non-finite actions inside jit are replaced
+by 0 and counted in `metrics["invalid_actions"]` (the host API rejects them instead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+from sim import actions, core, rng
+from sim.config import ConfigError, EnvConfig
+from sim.env import BatchedEnv
+from sim.randomization import ModelFields
+from sim.task import Phys
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class State:
+    data: Any
+    obs: dict
+    reward: jax.Array
+    done: jax.Array
+    metrics: dict
+    info: dict
+
+    def replace(self, **kw) -> "State":
+        return dataclasses.replace(self, **kw)
+
+
+def resolve_device(name: str):
+    """A jax device from a config string: cpu | gpu | cuda | cuda:1 | gpu:0."""
+    kind, _, idx = name.partition(":")
+    kind = {"cuda": "gpu"}.get(kind, kind)
+    try:
+        devices = jax.devices(kind)
+    except RuntimeError:
+        raise ConfigError(
+            f"device={name!r} is not available to jax (have: {[str(d) for d in jax.devices()]}); "
+            "install the gpu extra (pip install 'robot-rl[gpu]') or use device=cpu"
+        ) from None
+    i = int(idx) if idx else 0
+    if i >= len(devices):
+        raise ConfigError(f"device={name!r}: only {len(devices)} {kind} device(s)")
+    return devices[i]
+
+
+class MjxEnv:
+    """Pure functional batched env; `reset` and `step` are jit-compiled over the batch."""
+
+    def __init__(self, cfg: EnvConfig, task, action_space):
+        self.cfg, self.task, self.action_space = cfg, task, action_space
+        self.mj_model = mujoco.MjModel.from_xml_string(
+            task.model_xml(cfg.physics_dt, cfg.solver_iterations, cfg.ls_iterations)
+        )
+        task.bind(self.mj_model)
+        self.fields = ModelFields(self.mj_model, task)
+        self.device = resolve_device(cfg.device)
+        self.model = mjx.put_model(self.mj_model, device=self.device)
+        self.data0 = mjx.make_data(self.model, device=self.device)
+        self.substeps = cfg.substeps
+        self.max_latency = cfg.randomization.max_latency
+        self.reset = jax.jit(jax.vmap(self.reset_one, in_axes=(0, 0)))
+        self.step = jax.jit(jax.vmap(self.step_one))
+
+    # ---- single env ---------------------------------------------------------------------------------
+    def _phys(self, data) -> Phys:
+        return Phys(data.qpos, data.qvel, data.sensordata, data.mocap_pos)
+
+    def reset_one(self, key, episode) -> State:
+        task = self.task
+        params, qpos, mocap, target = core.sample_episode(jnp, task, self.cfg.randomization, key, episode)
+        model = self.fields.apply_mjx(self.model, params)
+        lay = task.layout
+        dtype = self.data0.qpos.dtype
+        data = self.data0.replace(
+            qpos=qpos.astype(dtype),
+            mocap_pos=mocap.astype(dtype) if lay.nmocap else self.data0.mocap_pos,
+            ctrl=jnp.concatenate([qpos[lay.arm_qpos], qpos[lay.finger_qpos]]).astype(dtype),
+        )
+        data = mjx.forward(model, data)
+        step = jnp.zeros((), jnp.int32)
+        obs = core.observe(jnp, task, self._phys(data), target, params, self.cfg.randomization.obs_noise_std,
+                           key, episode, step)
+        zero = jnp.zeros((), jnp.float32)
+        info = {
+            "key": key, "episode": episode, "step": step, "target": target.astype(jnp.float32), "params": params,
+            "latency_buf": jnp.tile(jnp.asarray(self.action_space.neutral), (self.max_latency + 1, 1)),
+            "episode_return": zero, "success": jnp.zeros((), bool), "progress": zero,
+            "terminated": jnp.zeros((), bool), "truncated": jnp.zeros((), bool),
+            "episode_length": step, "final_obs": obs,
+        }
+        metrics = {"invalid_actions": jnp.zeros((), jnp.int32)}
+        return State(data, obs, zero, jnp.zeros((), bool), metrics, info)
+
+    def step_one(self, state: State, action) -> State:
+        task, info = self.task, state.info
+        finite = jnp.isfinite(action)
+        action = jnp.clip(jnp.where(finite, action, 0.0), -1.0, 1.0).astype(jnp.float32)
+        buf, executed = actions.delay(jnp, info["latency_buf"], action, info["params"]["latency"])
+        data = state.data
+        ctrl = self.action_space.to_ctrl(jnp, executed.astype(data.qpos.dtype), self._phys(data))
+        model = self.fields.apply_mjx(self.model, info["params"])
+        data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
+        data = jax.lax.fori_loop(0, self.substeps, lambda _, d: mjx.step(model, d), data)
+        step = info["step"] + 1
+        phys = self._phys(data)
+        reward, success, progress = core.evaluate(jnp, task, phys, info["target"], info["params"])
+        reward = reward.astype(jnp.float32)
+        obs = core.observe(jnp, task, phys, info["target"], info["params"], self.cfg.randomization.obs_noise_std,
+                           info["key"], info["episode"], step)
+        truncated = step >= task.cfg.episode_steps
+        terminated = success & self.cfg.terminate_on_success
+        done = terminated | truncated
+        ret = info["episode_return"] + reward
+        stepped = State(
+            data, obs, reward, done,
+            {"invalid_actions": state.metrics["invalid_actions"] + (~finite.all()).astype(jnp.int32)},
+            {
+                **info, "step": step, "latency_buf": buf, "episode_return": ret, "success": success,
+                "progress": progress.astype(jnp.float32), "terminated": terminated,
+                "truncated": truncated & ~terminated, "episode_length": step, "final_obs": obs,
+            },
+        )
+        fresh = self.reset_one(info["key"], info["episode"] + jnp.uint32(1))
+        # Auto-reset: physics, observation and per-episode bookkeeping come from the fresh episode;
+        # what happened in this step (reward, flags, final_obs, return, length) is kept for the caller.
+        keep = ("success", "progress", "terminated", "truncated", "episode_return", "episode_length", "final_obs")
+        merged_info = {k: (stepped.info[k] if k in keep else _select(done, fresh.info[k], stepped.info[k]))
+                       for k in stepped.info}
+        return stepped.replace(
+            data=_select(done, fresh.data, data),
+            obs=_select(done, fresh.obs, obs),
+            info=merged_info,
+        )
+
+
+def _select(pred, on_true, on_false):
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+
+
+class MjxBatchedEnv(BatchedEnv):
+    """Host API (numpy in / numpy out) over MjxEnv; identical semantics to the MuJoCo C backend."""
+
+    def __init__(self, cfg: EnvConfig):
+        super().__init__(cfg)
+        self.mjx = MjxEnv(cfg, self.task, self.action_space)
+        self.model = self.mjx.mj_model
+        self.state: State | None = None
+
+    def _reset(self, seed: int) -> dict:
+        keys = jnp.asarray(rng.env_key(np, seed, np.arange(self.num_envs)))
+        self.state = self.mjx.reset(keys, jnp.zeros(self.num_envs, jnp.uint32))
+        return _to_numpy(self.state.obs)
+
+    def _step(self, action: np.ndarray):
+        if self.state is None:
+            raise RuntimeError("call reset(seed) before step()")
+        self.state = self.mjx.step(self.state, jnp.asarray(action))
+        s = jax.device_get(self.state)
+        i = s.info
+        info = {
+            "success": np.asarray(i["success"]), "progress": np.asarray(i["progress"]),
+            "intervention": np.zeros(self.num_envs, dtype=bool),
+            "terminated": np.asarray(i["terminated"]), "truncated": np.asarray(i["truncated"]),
+            "episode_return": np.asarray(i["episode_return"]), "episode_length": np.asarray(i["episode_length"]),
+            "final_obs": _to_numpy(i["final_obs"]),
+        }
+        return _to_numpy(s.obs), np.asarray(s.reward), np.asarray(s.done), info
+
+    @property
+    def params(self) -> dict:
+        return _to_numpy(self.state.info["params"])
+
+
+def _to_numpy(tree):
+    return jax.tree_util.tree_map(np.asarray, jax.device_get(tree))
