@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 from mujoco import mjx
+from mujoco.mjx._src import sensor as mjx_sensor
 
 from sim import actions, core, rng
 from sim.config import ConfigError, EnvConfig
@@ -92,7 +93,9 @@ class MjxEnv:
             mocap_pos=mocap.astype(dtype) if lay.nmocap else self.data0.mocap_pos,
             ctrl=jnp.concatenate([qpos[lay.arm_qpos], qpos[lay.finger_qpos]]).astype(dtype),
         )
-        data = mjx.forward(model, data)
+        # Only kinematics and position sensors: the next mjx.step runs the full forward pass itself, and a
+        # second copy of the collision + constraint pipeline inside the jitted step would double its compile.
+        data = mjx_sensor.sensor_pos(model, mjx.kinematics(model, data))
         step = jnp.zeros((), jnp.int32)
         obs = core.observe(jnp, task, self._phys(data), target, params, self.cfg.randomization.obs_noise_std,
                            key, episode, step)

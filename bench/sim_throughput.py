@@ -1,0 +1,143 @@
+"""Env steps/s of both backends against raw physics of the same model, measured in one run.
+
+    python bench/sim_throughput.py [--quick] [--task lift]
+
+MuJoCo C: the batched env (IK, task logic, auto-reset, rollout-based physics) vs `mujoco.rollout` of the
+same model with the same thread count and the same number of physics steps.
+MJX: the jitted functional env step vs a vmapped, jitted loop of `mjx.step` (same substeps, same N).
+`mjx_jit_seconds` is the cold XLA compile of the env step (no persistent cache). Figures are control
+steps per second summed over envs; the raw figures are physics steps / substeps. Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+
+def _timed(fn, min_seconds: float, min_iters: int = 3) -> float:
+    """Seconds per call of fn(), averaged over at least min_seconds."""
+    fn()
+    n, start = 0, time.perf_counter()
+    while n < min_iters or time.perf_counter() - start < min_seconds:
+        fn()
+        n += 1
+    return (time.perf_counter() - start) / n
+
+
+def bench_cpu(task: str, n: int, seconds: float) -> dict:
+    import mujoco
+    from mujoco import rollout
+
+    import sim
+
+    env = sim.make(task, backend="mujoco", num_envs=n)
+    env.reset(0)
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (64, n, env.action_dim)).astype(np.float32)
+    i = [0]
+
+    def env_step():
+        env.step(actions[i[0] % 64])
+        i[0] += 1
+
+    env_s = _timed(env_step, seconds)
+    threads = len(env._thread_datas)
+    k = env.substeps
+    datas = [mujoco.MjData(env.model) for _ in range(threads)]
+    state = env.state.copy()
+    control = np.repeat(env._control[:, :1], k, axis=1)
+    models = [env.model] * n
+    with rollout.Rollout(nthread=threads) as r:
+        raw_s = _timed(lambda: r.rollout(models, datas, state, control, control_spec=env._control_spec, nstep=k), seconds)
+    env.close()
+    return {"env_steps_per_s": n / env_s, "raw_steps_per_s": n / raw_s, "threads": threads,
+            "env_vs_raw": raw_s / env_s}
+
+
+def bench_mjx(task: str, n: int, seconds: float) -> dict:
+    import jax
+    import jax.numpy as jnp
+    from mujoco import mjx
+
+    import sim
+    from sim import rng as srng
+
+    env = sim.make(task, backend="mjx", num_envs=n)
+    e = env.mjx
+    keys = jnp.asarray(srng.env_key(np, 0, np.arange(n)))
+    eps = jnp.zeros(n, jnp.uint32)
+    t = time.perf_counter()
+    reset = e.reset.lower(keys, eps).compile()
+    reset_jit = time.perf_counter() - t
+    state = reset(keys, eps)
+    actions = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (n, env.action_dim)).astype(np.float32))
+    t = time.perf_counter()
+    step = e.step.lower(state, actions).compile()
+    step_jit = time.perf_counter() - t
+    box = [state]
+
+    def env_step():
+        box[0] = step(box[0], actions)
+        jax.block_until_ready(box[0].reward)
+
+    env_s = _timed(env_step, seconds)
+    k = env.substeps
+    raw_fn = jax.jit(jax.vmap(lambda d: jax.lax.fori_loop(0, k, lambda _, x: mjx.step(e.model, x), d)))
+    data = box[0].data
+    t = time.perf_counter()
+    raw = raw_fn.lower(data).compile()
+    raw_jit = time.perf_counter() - t
+    raw_box = [data]
+
+    def raw_step():
+        raw_box[0] = raw(raw_box[0])
+        jax.block_until_ready(raw_box[0].qpos)
+
+    raw_s = _timed(raw_step, seconds)
+    return {"env_steps_per_s": n / env_s, "raw_steps_per_s": n / raw_s, "env_vs_raw": raw_s / env_s,
+            "step_jit_s": step_jit, "reset_jit_s": reset_jit, "raw_jit_s": raw_jit}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N in {1, 16}, MJX at N=16 only, shorter timings")
+    ap.add_argument("--task", default="lift")
+    args = ap.parse_args()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    seconds = 1.0 if args.quick else 3.0
+    cpu_ns = (1, 16) if args.quick else (1, 16, 256)
+    mjx_ns = (16,) if args.quick else (1, 16, 256)
+    out = {"task": args.task, "cpu": {}, "mjx": {}, "cores": os.cpu_count(), "machine": platform.machine()}
+    for n in cpu_ns:
+        r = bench_cpu(args.task, n, seconds)
+        out["cpu"][n] = r
+        print(f"mujoco N={n:4d}: env {r['env_steps_per_s']:9.0f} steps/s  raw {r['raw_steps_per_s']:9.0f}  "
+              f"ratio {r['env_vs_raw']:.2f}", flush=True)
+    for n in mjx_ns:
+        r = bench_mjx(args.task, n, seconds)
+        out["mjx"][n] = r
+        print(f"mjx    N={n:4d}: env {r['env_steps_per_s']:9.0f} steps/s  raw {r['raw_steps_per_s']:9.0f}  "
+              f"ratio {r['env_vs_raw']:.2f}  step jit {r['step_jit_s']:.1f}s reset jit {r['reset_jit_s']:.1f}s",
+              flush=True)
+    summary = {
+        "cpu_env_vs_raw": round(out["cpu"][16]["env_vs_raw"], 3),
+        "mjx_env_vs_raw": round(out["mjx"][16]["env_vs_raw"], 3),
+        "mjx_jit_seconds": round(out["mjx"][16]["step_jit_s"], 1),
+        "mjx_reset_jit_seconds": round(out["mjx"][16]["reset_jit_s"], 1),
+        "cpu_env_steps_per_s": {str(n): round(r["env_steps_per_s"]) for n, r in out["cpu"].items()},
+        "cpu_raw_steps_per_s": {str(n): round(r["raw_steps_per_s"]) for n, r in out["cpu"].items()},
+        "mjx_env_steps_per_s": {str(n): round(r["env_steps_per_s"]) for n, r in out["mjx"].items()},
+        "mjx_raw_steps_per_s": {str(n): round(r["raw_steps_per_s"]) for n, r in out["mjx"].items()},
+        "task": args.task, "cores": out["cores"], "quick": args.quick,
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Both backends: determinism by seed, equivalence, auto-reset, randomization landing in the models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sim
+from sim.experts import make_expert
+from tests.conftest import DR, N_ENVS
+
+
+def _rollout(env, seed, steps, actions=None):
+    obs = env.reset(seed)
+    expert = make_expert(env, noise=0.3, seed=7) if actions is None else None
+    trace, acts = [obs], []
+    for t in range(steps):
+        a = expert.act(obs) if actions is None else actions[t]
+        obs, reward, done, info = env.step(a)
+        trace.append(obs)
+        acts.append(a)
+    return trace, acts
+
+
+def test_same_seed_gives_the_same_trajectory_on_mujoco_c(cpu_env):
+    a, acts = _rollout(cpu_env, 11, 12)
+    b, _ = _rollout(cpu_env, 11, 12, acts)
+    c, _ = _rollout(cpu_env, 12, 12, acts)
+    for x, y in zip(a, b):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+    assert not np.allclose(a[0]["object"], c[0]["object"]), "another seed must give another reset"
+
+
+def test_same_seed_gives_the_same_trajectory_on_mjx(mjx_env):
+    a, acts = _rollout(mjx_env, 11, 6)
+    b, _ = _rollout(mjx_env, 11, 6, acts)
+    for x, y in zip(a, b):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_mjx_and_mujoco_c_give_the_same_trajectory(cpu_env, mjx_env):
+    """Same seed and actions: same resets, randomization, noise and physics (float32 vs float64)."""
+    cpu_trace, acts = _rollout(cpu_env, 5, 20)
+    mjx_trace, _ = _rollout(mjx_env, 5, 20, acts)
+    for t, (x, y) in enumerate(zip(cpu_trace, mjx_trace)):
+        tol = 1e-4 if t == 0 else 5e-3
+        for k in x:
+            np.testing.assert_allclose(x[k], y[k], atol=tol, err_msg=f"obs[{k!r}] at step {t}")
+    np.testing.assert_allclose(cpu_env.params["mass"], mjx_env.params["mass"], rtol=1e-6)
+
+
+def test_done_env_auto_resets_and_reports_its_final_observation():
+    env = sim.make("lift", num_envs=2, task_config={"episode_steps": 3})
+    obs = env.reset(0)
+    hold = np.tile(env.action_space.neutral, (2, 1))
+    for _ in range(2):
+        obs, _, done, info = env.step(hold)
+        assert not done.any()
+    obs, _, done, info = env.step(hold)
+    assert done.all() and info["truncated"].all() and not info["terminated"].any()
+    assert (info["episode_length"] == 3).all()
+    # the returned obs is the next episode's first: the cube moved to a new random pose
+    assert not np.allclose(info["final_obs"]["object"][:, :3], obs["object"][:, :3])
+    obs2, _, done, _ = env.step(hold)
+    assert not done.any()
+
+
+def test_randomization_gives_each_env_its_own_model_within_ranges(cpu_env):
+    cpu_env.reset(3)
+    f = cpu_env.fields
+    mass = np.array([m.body_mass[f.body] for m in cpu_env.models]) / f.nominal["body_mass"]
+    size = np.array([m.geom_size[f.geoms[0], 0] for m in cpu_env.models]) / f.nominal["geom_size"][0, 0]
+    fric = np.array([m.pair_friction[f.pairs[0], 0] for m in cpu_env.models]) / f.nominal["pair_friction"][0]
+    damp = np.array([m.dof_damping[f.dofs[0]] for m in cpu_env.models]) / f.nominal["dof_damping"][0]
+    kp = np.array([m.actuator_gainprm[0, 0] for m in cpu_env.models]) / f.nominal["kp"][0]
+    for vals, (lo, hi) in [(mass, DR["object_mass"]), (size, DR["object_size"]), (fric, DR["friction"]),
+                           (damp, DR["joint_damping"]), (kp, DR["actuator_gain"])]:
+        assert ((vals >= lo - 1e-6) & (vals <= hi + 1e-6)).all()
+        assert len(np.unique(np.round(vals, 6))) == N_ENVS, "each env draws its own value"
+    lat = cpu_env.params["latency"]
+    assert ((lat >= 0) & (lat <= 2)).all()
+    # a resting cube sits on the table at its randomized half size
+    np.testing.assert_allclose(cpu_env.qpos[:, cpu_env.task.obj_qpos + 2], 0.02 * size, rtol=1e-5)
+
+
+def test_randomization_is_redrawn_for_each_episode():
+    env = sim.make("lift", num_envs=2, task_config={"episode_steps": 2}, randomization={"object_mass": [0.5, 2.0]})
+    env.reset(0)
+    before = env.params["mass"].copy()
+    hold = np.tile(env.action_space.neutral, (2, 1))
+    env.step(hold)
+    env.step(hold)
+    assert not np.allclose(before, env.params["mass"])
+
+
+def test_mjx_randomizes_inside_jit_within_ranges(mjx_env):
+    mjx_env.reset(3)
+    p = mjx_env.params
+    assert len(np.unique(p["mass"])) == N_ENVS
+    for k, key in [("mass", "object_mass"), ("friction", "friction"), ("size", "object_size")]:
+        lo, hi = DR[key]
+        assert ((p[k] >= lo) & (p[k] <= hi)).all()
+
+
+def test_action_latency_delays_the_executed_action():
+    def ee_z_after(latency):
+        env = sim.make("lift", num_envs=1, randomization={"action_latency": [latency, latency]},
+                       task_config={"arm_qpos_noise": 0.0})
+        obs = env.reset(0)
+        z0 = obs["proprio"][0, 17]
+        obs, *_ = env.step(np.array([[0, 0, -1, 1]], np.float32))
+        return obs["proprio"][0, 17] - z0
+
+    assert ee_z_after(0) < -0.01  # moved down at once
+    assert abs(ee_z_after(2)) < 0.002  # still holding: the command is two ticks old
+
+
+def test_observation_noise_is_added_with_the_configured_std():
+    clean = sim.make("lift", num_envs=64).reset(1)
+    noisy = sim.make("lift", num_envs=64, randomization={"obs_noise_std": 0.01}).reset(1)
+    diff = noisy["proprio"] - clean["proprio"]
+    assert 0.008 < diff.std() < 0.012
+    assert abs(diff.mean()) < 0.002
+
+
+@pytest.mark.parametrize("task", sorted(sim.TASKS))
+def test_observations_have_documented_keys_and_finite_values(task):
+    env = sim.make(task, num_envs=2)
+    obs = env.reset(0)
+    assert set(obs) == {"proprio", "object"}
+    assert obs["proprio"].shape == (2, 20)
+    for v in obs.values():
+        assert v.dtype == np.float32 and np.isfinite(v).all()
+    assert env.instructions() and all(isinstance(s, str) and s for s in env.instructions())
