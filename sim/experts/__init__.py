@@ -66,8 +66,9 @@ def ee_yaw(obs):
 def _registry() -> dict:
     # Imported lazily: each task's expert lives in its own module next to the others.
     from sim.experts.lift import LiftExpert
+    from sim.experts.peg_insert import PegInsertExpert
 
-    return {"lift": LiftExpert}
+    return {"lift": LiftExpert, "peg_insert": PegInsertExpert}
 
 
 def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0) -> Expert:
@@ -85,9 +86,8 @@ def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress
     obs = env.reset(seed)
     succ, rets, lens = [], [], []
     ever = np.zeros(env.num_envs, dtype=bool)
-    # Count only episodes that started within the first `episodes` slots so the sample is not biased
-    # toward short (successful) episodes.
-    started = np.ones(env.num_envs, dtype=np.int64)
+    # Count only the first `episodes` episodes to start, so the sample is not biased toward short
+    # (successful) episodes that finish early and restart.
     total_started = env.num_envs
     slots = np.arange(env.num_envs) < episodes
     while len(succ) < episodes:
@@ -103,7 +103,6 @@ def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress
             ever[i] = False
             slots[i] = total_started < episodes
             total_started += 1
-            started[i] += 1
     return {
         "episodes": len(succ),
         "success_rate": float(np.mean(succ)),

@@ -1,0 +1,33 @@
+# Set-up and common commands. `make quickstart` creates .venv on first use.
+PY ?= python3
+VENV := .venv
+
+# CPU here; users with GPUs override (e.g. JAX_PLATFORMS=cuda make bench).
+JAX_PLATFORMS ?= cpu
+export JAX_PLATFORMS
+
+.PHONY: install quickstart test bench clean
+
+install: $(VENV)/.installed
+
+# torch goes in first (the local CPU wheel) so the editable install does not pull a CUDA build.
+$(VENV)/.installed: pyproject.toml
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --upgrade pip
+	$(VENV)/bin/pip install torch==2.13.0
+	$(VENV)/bin/pip install -e ".[dev]"
+	touch $@
+
+quickstart: $(VENV)/.installed
+	$(VENV)/bin/robot-rl-quickstart
+
+test: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -q
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/python bench/sim_throughput.py --quick
+
+# Build artifacts only: runs/ (results) and .cache/ (JAX compile cache) are kept.
+clean:
+	rm -rf build dist *.egg-info .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

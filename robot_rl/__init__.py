@@ -1,0 +1,1 @@
+"""robot_rl: from robot demonstrations to reliable robot behaviour (console scripts, run directories, learning)."""
