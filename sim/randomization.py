@@ -43,12 +43,18 @@ class ModelFields:
             [p for p in range(model.npair) if model.pair_geom1[p] in geoms or model.pair_geom2[p] in geoms]
         )
         lay = task.layout
+        # The object's free-joint dofs: their invweight0 (constraint regularization scale) is 1/m and 1/I
+        # for a free body, so scaling mass / size must scale them too (mj_setConst would, MJX has none).
+        adr = int(model.jnt_dofadr[model.body(task.object_body).jntadr[0]])
+        self.obj_dofs = np.arange(adr, adr + 6)
         self.dofs = lay.arm_dof
         self.acts = np.arange(7)
         self.nominal = {
             "pair_friction": np.array(model.pair_friction[self.pairs, 0]),
             "body_mass": float(model.body_mass[self.body]),
             "body_inertia": np.array(model.body_inertia[self.body]),
+            "body_invweight0": np.array(model.body_invweight0[self.body]),
+            "dof_invweight0": np.array(model.dof_invweight0[self.obj_dofs]),
             "geom_size": np.array(model.geom_size[self.geoms]),
             "geom_rbound": np.array(model.geom_rbound[self.geoms]),
             "geom_aabb": np.array(model.geom_aabb[self.geoms]),
@@ -57,12 +63,19 @@ class ModelFields:
             "kp": np.array(model.actuator_gainprm[self.acts, 0]),
         }
 
+    @staticmethod
+    def _invweight_scale(p: dict, xp=np):
+        """Scale of (translational, rotational) inverse weight: 1/mass and 1/(mass * size^2)."""
+        return xp.stack([1.0 / p["mass"], 1.0 / (p["mass"] * p["size"] ** 2)])
+
     def apply_mujoco(self, model, p: dict) -> None:
         """Write one env's draws (python floats) into its own MjModel."""
         n = self.nominal
         model.pair_friction[self.pairs, 0] = n["pair_friction"] * p["friction"]
         model.body_mass[self.body] = n["body_mass"] * p["mass"]
         model.body_inertia[self.body] = n["body_inertia"] * p["mass"] * p["size"] ** 2
+        model.body_invweight0[self.body] = n["body_invweight0"] * self._invweight_scale(p)
+        model.dof_invweight0[self.obj_dofs] = n["dof_invweight0"] * np.repeat(self._invweight_scale(p), 3)
         model.geom_size[self.geoms] = n["geom_size"] * p["size"]
         model.geom_rbound[self.geoms] = n["geom_rbound"] * p["size"]
         model.geom_aabb[self.geoms] = n["geom_aabb"] * p["size"]
@@ -81,6 +94,12 @@ class ModelFields:
             pair_friction=model.pair_friction.at[self.pairs, 0].set(f(n["pair_friction"]) * p["friction"]),
             body_mass=model.body_mass.at[self.body].set(f(n["body_mass"]) * p["mass"]),
             body_inertia=model.body_inertia.at[self.body].set(f(n["body_inertia"]) * p["mass"] * p["size"] ** 2),
+            body_invweight0=model.body_invweight0.at[self.body].set(
+                f(n["body_invweight0"]) * self._invweight_scale(p, jnp)
+            ),
+            dof_invweight0=model.dof_invweight0.at[self.obj_dofs].set(
+                f(n["dof_invweight0"]) * jnp.repeat(self._invweight_scale(p, jnp), 3)
+            ),
             geom_size=model.geom_size.at[self.geoms].set(f(n["geom_size"]) * p["size"]),
             geom_rbound=model.geom_rbound.at[self.geoms].set(f(n["geom_rbound"]) * p["size"]),
             dof_damping=model.dof_damping.at[self.dofs].set(f(n["dof_damping"]) * p["damping"]),

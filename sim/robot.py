@@ -32,6 +32,9 @@ ARM_KP = (4500.0, 4500.0, 3500.0, 3500.0, 2000.0, 2000.0, 2000.0)
 ARM_KV = (120.0, 120.0, 100.0, 100.0, 40.0, 40.0, 40.0)
 FINGER_KP = 400.0
 FINGER_FORCE = 40.0
+# Finger damping (N s / m). Known limit: at full close command the fingers move ~1 cm per physics step and
+# can tunnel through a 30 mm peg; the peg expert closes gradually. Slower fingers need a retuned peg expert.
+FINGER_DAMPING = 5.0
 
 # Link masses (kg) from the Panda's published inertial data.
 _LINK_MASS = (4.97, 0.65, 3.23, 3.59, 1.23, 1.67, 0.74)
@@ -142,7 +145,7 @@ def build_scene_xml(
   <default>
     <geom contype='0' conaffinity='0'/>
     <default class='arm'><joint axis='0 0 1' damping='1' armature='0.1'/></default>
-    <default class='finger'><joint type='slide' axis='0 1 0' range='0 {FINGER_MAX}' damping='5' armature='0.01'/></default>
+    <default class='finger'><joint type='slide' axis='0 1 0' range='0 {FINGER_MAX}' damping='{FINGER_DAMPING}' armature='0.01'/></default>
     <default class='visual'><geom group='1' density='0'/></default>
     <default class='collision'><geom group='3' rgba='0.5 0.5 0.9 0.3'/></default>
     <default class='pad'><geom group='3' friction='1.5 0.005 0.0001' rgba='0.9 0.3 0.3 1'/></default>
