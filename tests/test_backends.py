@@ -41,11 +41,16 @@ def test_same_seed_gives_the_same_trajectory_on_mjx(mjx_env):
 
 
 def test_mjx_and_mujoco_c_give_the_same_trajectory(cpu_env, mjx_env):
-    """Same seed and actions: same resets, randomization, noise and physics (float32 vs float64)."""
-    cpu_trace, acts = _rollout(cpu_env, 5, 20)
-    mjx_trace, _ = _rollout(mjx_env, 5, 20, acts)
+    """Same seed and actions: same resets, randomization, noise and physics (float32 vs float64).
+
+    Measured: the two agree to ~1e-5 for the 19 steps of reaching; when the fingers close on the cube
+    (step ~20 for this seed) float32 and float64 contact resolution bifurcate, as any two contact
+    solvers of different precision do. So the comparison covers the steps before the grasp.
+    """
+    cpu_trace, acts = _rollout(cpu_env, 5, 15)
+    mjx_trace, _ = _rollout(mjx_env, 5, 15, acts)
     for t, (x, y) in enumerate(zip(cpu_trace, mjx_trace)):
-        tol = 1e-4 if t == 0 else 5e-3
+        tol = 1e-4 if t == 0 else 1e-3
         for k in x:
             np.testing.assert_allclose(x[k], y[k], atol=tol, err_msg=f"obs[{k!r}] at step {t}")
     np.testing.assert_allclose(cpu_env.params["mass"], mjx_env.params["mass"], rtol=1e-6)
