@@ -87,7 +87,7 @@ def bench_mjx(task: str, n: int, seconds: float) -> dict:
         jax.block_until_ready(box[0].reward)
 
     env_s = _timed(env_step, seconds)
-    k = env.substeps
+    k = env.cfg.substeps
     raw_fn = jax.jit(jax.vmap(lambda d: jax.lax.fori_loop(0, k, lambda _, x: mjx.step(e.model, x), d)))
     data = box[0].data
     t = time.perf_counter()

@@ -26,6 +26,10 @@ class ActionSpace:
             self.dim = 5 if self.use_yaw else 4
         else:
             self.dim = robot.N_ARM + 1
+        self._lower = robot.ARM_LOWER + 0.01
+        self._upper = robot.ARM_UPPER - 0.01
+        self._ws_low = np.asarray(cfg.workspace_low, dtype=np.float64)
+        self._ws_high = np.asarray(cfg.workspace_high, dtype=np.float64)
         self.low = -np.ones(self.dim, dtype=np.float32)
         self.high = np.ones(self.dim, dtype=np.float32)
 
@@ -45,8 +49,7 @@ class ActionSpace:
         a = xp.clip(action, -1.0, 1.0)
         lay = self.task.layout
         q = phys.qpos[..., lay.arm_qpos]
-        lower = xp.asarray(robot.ARM_LOWER + 0.01, dtype=q.dtype)
-        upper = xp.asarray(robot.ARM_UPPER - 0.01, dtype=q.dtype)
+        lower, upper = xp.asarray(self._lower, dtype=q.dtype), xp.asarray(self._upper, dtype=q.dtype)
         if self.kind == "joint_pos":
             q_target = lower + 0.5 * (a[..., :7] + 1.0) * (upper - lower)
         else:
@@ -55,8 +58,8 @@ class ActionSpace:
             cur_axes = lay.ee_axes(phys)
             target = xp.clip(
                 ee + c.max_ee_delta * a[..., :3],
-                xp.asarray(c.workspace_low, dtype=q.dtype),
-                xp.asarray(c.workspace_high, dtype=q.dtype),
+                xp.asarray(self._ws_low, dtype=q.dtype),
+                xp.asarray(self._ws_high, dtype=q.dtype),
             )
             if self.use_yaw:
                 yaw = kin.gripper_yaw(xp, cur_axes[0]) + c.max_yaw_delta * a[..., 3]

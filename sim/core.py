@@ -36,8 +36,4 @@ def observe(xp, task: Task, phys: Phys, target, params, noise_std: float, key, e
 
 def evaluate(xp, task: Task, phys: Phys, target, params):
     """(reward, success, progress) for the current state."""
-    return (
-        task.reward(xp, phys, target, params),
-        task.success(xp, phys, target, params),
-        task.progress(xp, phys, target, params),
-    )
+    return task.evaluate(xp, phys, target, params)

@@ -10,6 +10,7 @@ import numpy as np
 
 
 def cross(xp, a, b):
+    # Written out: np.cross costs ~10x more than this on small batched arrays.
     return xp.stack(
         [
             a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
@@ -38,10 +39,7 @@ def down_frame(xp, yaw):
 
 def orientation_error(xp, cur_axes, des_axes):
     """Small-angle rotation (axis * angle, world frame) taking the current frame to the desired one."""
-    err = 0.0
-    for c, d in zip(cur_axes, des_axes):
-        err = err + cross(xp, c, d)
-    return 0.5 * err
+    return 0.5 * cross(xp, xp.stack(cur_axes, axis=-2), xp.stack(des_axes, axis=-2)).sum(axis=-2)
 
 
 def gripper_yaw(xp, x_axis):

@@ -44,6 +44,11 @@ class Layout:
         self.finger_qpos = np.array([model.jnt_qposadr[model.joint(j).id] for j in robot.FINGER_JOINTS])
         assert (np.diff(self.arm_qpos) == 1).all() and self.finger_qpos[0] == self.arm_qpos[-1] + 1
         self.robot_nq = int(self.finger_qpos[-1] + 1)
+        # Gather indices [7, 3] of joint anchors / axes in sensordata: one fancy index instead of 14 slices.
+        self.anchor_idx = np.array([np.arange(self.sensors[f"link{i}_pos"].start, self.sensors[f"link{i}_pos"].stop)
+                                    for i in range(1, 8)])
+        self.axis_idx = np.array([np.arange(self.sensors[f"link{i}_axis"].start, self.sensors[f"link{i}_axis"].stop)
+                                  for i in range(1, 8)])
         self.nq, self.nv, self.nu, self.nmocap = model.nq, model.nv, model.nu, model.nmocap
         self.nsensordata = model.nsensordata
 
@@ -51,10 +56,7 @@ class Layout:
         return phys.sensordata[..., self.sensors[name]]
 
     def joint_anchors_axes(self, xp, phys: Phys):
-        sd = phys.sensordata
-        anchors = xp.stack([sd[..., self.sensors[f"link{i}_pos"]] for i in range(1, 8)], axis=-2)
-        axes = xp.stack([sd[..., self.sensors[f"link{i}_axis"]] for i in range(1, 8)], axis=-2)
-        return anchors, axes
+        return phys.sensordata[..., self.anchor_idx], phys.sensordata[..., self.axis_idx]
 
     def ee_axes(self, phys: Phys):
         return tuple(self.sensor(phys, f"ee_{a}axis") for a in "xyz")
@@ -196,6 +198,14 @@ class Task:
 
     def instructions(self) -> list[str]:
         raise NotImplementedError
+
+    def evaluate(self, xp, phys: Phys, target, params):
+        """(reward, success, progress); tasks whose three share terms override this to compute them once."""
+        return (
+            self.reward(xp, phys, target, params),
+            self.success(xp, phys, target, params),
+            self.progress(xp, phys, target, params),
+        )
 
     def obs_dims(self) -> dict[str, int]:
         """Sizes of each observation key, by calling observe on a neutral state."""

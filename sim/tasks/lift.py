@@ -88,6 +88,13 @@ class LiftTask(Task):
         p = 0.3 * reach + 0.2 * grasp + 0.5 * lift
         return xp.where(self.success(xp, phys, target, params), 1.0, p)
 
+    def evaluate(self, xp, phys, target, params):
+        reach, grasp, lift = self._terms(xp, phys, target, params)
+        success = self.success(xp, phys, target, params)
+        reward = xp.where(success, 1.0, 0.25 * reach + 0.25 * grasp + 0.5 * grasp * lift)
+        progress = xp.where(success, 1.0, 0.3 * reach + 0.2 * grasp + 0.5 * lift)
+        return reward, success, progress
+
     def instructions(self) -> list[str]:
         return [
             "lift the red cube",
