@@ -30,6 +30,7 @@ class ActionSpace:
         self._upper = robot.ARM_UPPER - 0.01
         self._ws_low = np.asarray(cfg.workspace_low, dtype=np.float64)
         self._ws_high = np.asarray(cfg.workspace_high, dtype=np.float64)
+        self._down = kin.down_frame(np, 0.0)  # gripper pointing down, yaw 0
         self.low = -np.ones(self.dim, dtype=np.float32)
         self.high = np.ones(self.dim, dtype=np.float32)
 
@@ -49,36 +50,30 @@ class ActionSpace:
         a = xp.clip(action, -1.0, 1.0)
         lay = self.task.layout
         q = phys.qpos[..., lay.arm_qpos]
-        lower, upper = xp.asarray(self._lower, dtype=q.dtype), xp.asarray(self._upper, dtype=q.dtype)
         if self.kind == "joint_pos":
-            q_target = lower + 0.5 * (a[..., :7] + 1.0) * (upper - lower)
+            q_target = self._lower + 0.5 * (a[..., :7] + 1.0) * (self._upper - self._lower)
         else:
             c = self.cfg
             ee = lay.sensor(phys, "ee_pos")
-            cur_axes = lay.ee_axes(phys)
-            target = xp.clip(
-                ee + c.max_ee_delta * a[..., :3],
-                xp.asarray(self._ws_low, dtype=q.dtype),
-                xp.asarray(self._ws_high, dtype=q.dtype),
-            )
+            cur = lay.ee_frame(phys)
+            target = xp.clip(ee + c.max_ee_delta * a[..., :3], self._ws_low, self._ws_high)
             if self.use_yaw:
-                yaw = kin.gripper_yaw(xp, cur_axes[0]) + c.max_yaw_delta * a[..., 3]
+                des = kin.down_frame(xp, kin.gripper_yaw(xp, cur[..., 0, :]) + c.max_yaw_delta * a[..., 3])
             else:
-                yaw = xp.zeros_like(ee[..., 0])
-            des_axes = kin.down_frame(xp, yaw)
-            err = xp.concatenate([target - ee, kin.orientation_error(xp, cur_axes, des_axes)], axis=-1)
+                des = self._down  # constant: broadcasts against the batch
+            err = xp.concatenate([target - ee, kin.orientation_error(xp, cur, des)], axis=-1)
             anchors, axes = lay.joint_anchors_axes(xp, phys)
             jac = kin.arm_jacobian(xp, anchors, axes, ee)
-            dq = kin.dls_step(
-                xp, jac, err, q, xp.asarray(robot.HOME_QPOS, dtype=q.dtype), c.ik_damping, c.ik_null_gain
-            )
-            q_target = xp.clip(q + dq, lower, upper)
+            dq = kin.dls_step(xp, jac, err, q, robot.HOME_QPOS, c.ik_damping, c.ik_null_gain)
+            q_target = xp.clip(q + dq, self._lower, self._upper)
         grip = 0.5 * (a[..., -1:] + 1.0) * robot.FINGER_MAX
         return xp.concatenate([q_target, grip, grip], axis=-1)
 
 
 def delay(xp, buffer, action, latency):
     """Push `action` into the latency buffer [..., L+1, A] (newest first); return (buffer, executed action)."""
+    if buffer.shape[-2] == 1:  # no latency configured (static shape): the action runs now, nothing to keep
+        return buffer, action
     buffer = xp.concatenate([action[..., None, :], buffer[..., :-1, :]], axis=-2)
     executed = xp.take_along_axis(buffer, latency[..., None, None], axis=-2)[..., 0, :]
     return buffer, executed

@@ -24,13 +24,13 @@ def sample_episode(xp, task: Task, rcfg: RandomizationConfig, key, episode):
 def observe(xp, task: Task, phys: Phys, target, params, noise_std: float, key, episode, step):
     """Task observation with per-entry Gaussian noise (std 0 adds nothing); float32."""
     obs = task.observe(xp, phys, target, params)
-    out = {}
+    if noise_std <= 0:
+        return {k: v.astype(xp.float32) for k, v in obs.items()}
     stream = episode_stream(xp, key, episode)
+    out = {}
     for i, (k, v) in enumerate(sorted(obs.items())):
         v = v.astype(xp.float32)
-        if noise_std > 0:
-            v = v + xp.float32(noise_std) * rng.normal(xp, stream ^ xp.uint32(i + 1), step, rng.OBS_NOISE, v.shape[-1])
-        out[k] = v
+        out[k] = v + xp.float32(noise_std) * rng.normal(xp, stream ^ xp.uint32(i + 1), step, rng.OBS_NOISE, v.shape[-1])
     return out
 
 

@@ -49,6 +49,9 @@ class Layout:
                                     for i in range(1, 8)])
         self.axis_idx = np.array([np.arange(self.sensors[f"link{i}_axis"].start, self.sensors[f"link{i}_axis"].stop)
                                   for i in range(1, 8)])
+        # [3, 3] gather of the grip site's x, y, z axes: the current ee frame (rows = axes) in one index.
+        self.ee_frame_idx = np.array([np.arange(self.sensors[f"ee_{a}axis"].start, self.sensors[f"ee_{a}axis"].stop)
+                                      for a in "xyz"])
         self.nq, self.nv, self.nu, self.nmocap = model.nq, model.nv, model.nu, model.nmocap
         self.nsensordata = model.nsensordata
 
@@ -58,8 +61,9 @@ class Layout:
     def joint_anchors_axes(self, xp, phys: Phys):
         return phys.sensordata[..., self.anchor_idx], phys.sensordata[..., self.axis_idx]
 
-    def ee_axes(self, phys: Phys):
-        return tuple(self.sensor(phys, f"ee_{a}axis") for a in "xyz")
+    def ee_frame(self, phys: Phys):
+        """The grip site's frame [..., 3, 3], rows = its x, y, z axes in world coordinates."""
+        return phys.sensordata[..., self.ee_frame_idx]
 
 
 @dataclasses.dataclass
@@ -187,25 +191,24 @@ class Task:
     def observe(self, xp, phys: Phys, target, params) -> dict:
         raise NotImplementedError
 
-    def reward(self, xp, phys: Phys, target, params):
+    def evaluate(self, xp, phys: Phys, target, params):
+        """(reward, success, progress) for the current state, computed together since they share terms."""
         raise NotImplementedError
+
+    def reward(self, xp, phys: Phys, target, params):
+        """Dense shaped reward in [0, 1]."""
+        return self.evaluate(xp, phys, target, params)[0]
 
     def success(self, xp, phys: Phys, target, params):
-        raise NotImplementedError
+        """Sparse success flag (bool)."""
+        return self.evaluate(xp, phys, target, params)[1]
 
     def progress(self, xp, phys: Phys, target, params):
-        raise NotImplementedError
+        """Ground-truth progress in [0, 1], for evaluating learned reward models only."""
+        return self.evaluate(xp, phys, target, params)[2]
 
     def instructions(self) -> list[str]:
         raise NotImplementedError
-
-    def evaluate(self, xp, phys: Phys, target, params):
-        """(reward, success, progress); tasks whose three share terms override this to compute them once."""
-        return (
-            self.reward(xp, phys, target, params),
-            self.success(xp, phys, target, params),
-            self.progress(xp, phys, target, params),
-        )
 
     def obs_dims(self) -> dict[str, int]:
         """Sizes of each observation key, by calling observe on a neutral state."""

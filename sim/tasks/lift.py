@@ -75,22 +75,9 @@ class LiftTask(Task):
         )
         return {"proprio": self.proprio(xp, phys), "object": obj}
 
-    def success(self, xp, phys, target, params):
-        return self.object_pos(phys)[..., 2] >= target[..., 2]
-
-    def reward(self, xp, phys, target, params):
-        reach, grasp, lift = self._terms(xp, phys, target, params)
-        r = 0.25 * reach + 0.25 * grasp + 0.5 * grasp * lift
-        return xp.where(self.success(xp, phys, target, params), 1.0, r)
-
-    def progress(self, xp, phys, target, params):
-        reach, grasp, lift = self._terms(xp, phys, target, params)
-        p = 0.3 * reach + 0.2 * grasp + 0.5 * lift
-        return xp.where(self.success(xp, phys, target, params), 1.0, p)
-
     def evaluate(self, xp, phys, target, params):
         reach, grasp, lift = self._terms(xp, phys, target, params)
-        success = self.success(xp, phys, target, params)
+        success = self.object_pos(phys)[..., 2] >= target[..., 2]
         reward = xp.where(success, 1.0, 0.25 * reach + 0.25 * grasp + 0.5 * grasp * lift)
         progress = xp.where(success, 1.0, 0.3 * reach + 0.2 * grasp + 0.5 * lift)
         return reward, success, progress

@@ -172,19 +172,12 @@ class PegInsertTask(Task):
         )
         return {"proprio": self.proprio(xp, phys), "object": obj}
 
-    def success(self, xp, phys, target, params):
-        _, _, _, depth, inside = self._terms(xp, phys, target, params)
-        return inside & (self.peg_bottom_z(xp, phys) <= target[..., 2] - self.cfg.insert_depth)
-
-    def reward(self, xp, phys, target, params):
-        reach, grasp, align, depth, _ = self._terms(xp, phys, target, params)
-        r = 0.2 * reach + 0.2 * grasp + 0.3 * grasp * align + 0.3 * depth
-        return xp.where(self.success(xp, phys, target, params), 1.0, r)
-
-    def progress(self, xp, phys, target, params):
-        reach, grasp, align, depth, _ = self._terms(xp, phys, target, params)
-        p = 0.2 * reach + 0.2 * grasp + 0.3 * align + 0.3 * depth
-        return xp.where(self.success(xp, phys, target, params), 1.0, p)
+    def evaluate(self, xp, phys, target, params):
+        reach, grasp, align, depth, inside = self._terms(xp, phys, target, params)
+        success = inside & (self.peg_bottom_z(xp, phys) <= target[..., 2] - self.cfg.insert_depth)
+        reward = xp.where(success, 1.0, 0.2 * reach + 0.2 * grasp + 0.3 * grasp * align + 0.3 * depth)
+        progress = xp.where(success, 1.0, 0.2 * reach + 0.2 * grasp + 0.3 * align + 0.3 * depth)
+        return reward, success, progress
 
     def instructions(self) -> list[str]:
         return [
