@@ -67,8 +67,9 @@ def _registry() -> dict:
     # Imported lazily: each task's expert lives in its own module next to the others.
     from sim.experts.lift import LiftExpert
     from sim.experts.peg_insert import PegInsertExpert
+    from sim.experts.push import PushExpert
 
-    return {"lift": LiftExpert, "peg_insert": PegInsertExpert}
+    return {"lift": LiftExpert, "peg_insert": PegInsertExpert, "push": PushExpert}
 
 
 def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0) -> Expert:

@@ -2,5 +2,6 @@
 
 from sim.tasks.lift import LiftTask
 from sim.tasks.peg_insert import PegInsertTask
+from sim.tasks.push import PushTask
 
-TASKS = {t.name: t for t in (LiftTask, PegInsertTask,)}
+TASKS = {t.name: t for t in (LiftTask, PegInsertTask, PushTask)}
