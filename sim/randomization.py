@@ -39,6 +39,7 @@ class ModelFields:
         geoms = [model.geom(g).id for g in task.object_geoms]
         self.geoms = np.array(geoms)
         self.body = model.body(task.object_body).id
+        self.subtree = self._subtree_bodies(model)
         self.pairs = np.array(
             [p for p in range(model.npair) if model.pair_geom1[p] in geoms or model.pair_geom2[p] in geoms]
         )
@@ -52,6 +53,9 @@ class ModelFields:
         self.nominal = {
             "pair_friction": np.array(model.pair_friction[self.pairs, 0]),
             "body_mass": float(model.body_mass[self.body]),
+            # MuJoCo C reads body_subtreemass (set by mj_setConst at compile time) for the subtree centre of
+            # mass; leaving it nominal while body_mass changes blows up the CPU sim under mass randomization.
+            "subtree_mass": np.array(model.body_subtreemass[self.subtree]),
             "body_inertia": np.array(model.body_inertia[self.body]),
             "body_invweight0": np.array(model.body_invweight0[self.body]),
             "dof_invweight0": np.array(model.dof_invweight0[self.obj_dofs]),
@@ -63,6 +67,15 @@ class ModelFields:
             "kp": np.array(model.actuator_gainprm[self.acts, 0]),
         }
 
+    def _subtree_bodies(self, model) -> np.ndarray:
+        """The object's body and its ancestors: every subtree whose mass contains the object's."""
+        chain, b = [], self.body
+        while True:
+            chain.append(b)
+            if b == 0:
+                return np.array(chain)
+            b = int(model.body_parentid[b])
+
     @staticmethod
     def _invweight_scale(p: dict, xp=np):
         """Scale of (translational, rotational) inverse weight: 1/mass and 1/(mass * size^2)."""
@@ -73,6 +86,7 @@ class ModelFields:
         n = self.nominal
         model.pair_friction[self.pairs, 0] = n["pair_friction"] * p["friction"]
         model.body_mass[self.body] = n["body_mass"] * p["mass"]
+        model.body_subtreemass[self.subtree] = n["subtree_mass"] + n["body_mass"] * (p["mass"] - 1.0)
         model.body_inertia[self.body] = n["body_inertia"] * p["mass"] * p["size"] ** 2
         model.body_invweight0[self.body] = n["body_invweight0"] * self._invweight_scale(p)
         model.dof_invweight0[self.obj_dofs] = n["dof_invweight0"] * np.repeat(self._invweight_scale(p), 3)
@@ -93,6 +107,9 @@ class ModelFields:
         return model.replace(
             pair_friction=model.pair_friction.at[self.pairs, 0].set(f(n["pair_friction"]) * p["friction"]),
             body_mass=model.body_mass.at[self.body].set(f(n["body_mass"]) * p["mass"]),
+            body_subtreemass=model.body_subtreemass.at[self.subtree].set(
+                f(n["subtree_mass"]) + f(n["body_mass"]) * (p["mass"] - 1.0)
+            ),
             body_inertia=model.body_inertia.at[self.body].set(f(n["body_inertia"]) * p["mass"] * p["size"] ** 2),
             body_invweight0=model.body_invweight0.at[self.body].set(
                 f(n["body_invweight0"]) * self._invweight_scale(p, jnp)

@@ -139,3 +139,17 @@ def test_observations_have_documented_keys_and_finite_values(task):
     for v in obs.values():
         assert v.dtype == np.float32 and np.isfinite(v).all()
     assert env.instructions() and all(isinstance(s, str) and s for s in env.instructions())
+
+
+def test_mass_randomization_keeps_the_model_constants_mujoco_derives_from_mass():
+    """What mj_setConst would compute from the randomized masses must match what we wrote (subtree mass
+    feeds the subtree centre of mass; a stale one blew up pushes under object_mass randomization)."""
+    import mujoco
+
+    env = sim.make("push", num_envs=6, randomization={"object_mass": [0.5, 2.0]})
+    env.reset(0)
+    for m in env.models:
+        written = (m.body_subtreemass.copy(), m.body_invweight0[env.fields.body].copy())
+        mujoco.mj_setConst(m, mujoco.MjData(m))
+        np.testing.assert_allclose(written[0], m.body_subtreemass, rtol=1e-9)
+        np.testing.assert_allclose(written[1], m.body_invweight0[env.fields.body], rtol=1e-6)
