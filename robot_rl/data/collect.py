@@ -1,0 +1,76 @@
+"""Batched collection: roll a policy (e.g. a scripted expert) in a batched env, commit every finished episode.
+
+Which episodes are kept: the first `episodes` episodes to *start* (env 0..N-1 first, then in order of
+restart), as in sim.experts.run_episodes. Keeping the first ones to *finish* would over-sample short
+(successful) episodes. Each env's episode is committed to the store in the step it ends, so an
+interrupted collection keeps everything recorded up to then.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from robot_rl.data.episode_store import Episode, EpisodeStore
+from robot_rl.data.recorder import EpisodeRecorder, step_schema
+
+
+def collect(
+    env,
+    policy,
+    store: EpisodeStore,
+    episodes: int,
+    seed: int = 0,
+    source: str = "expert",
+    metadata: dict | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
+    """Run `policy.act(obs) -> action [N, A]` in `env` until `episodes` episodes are committed to `store`.
+
+    Per-episode attributes: task, a task instruction drawn per episode, success (any step succeeded),
+    source, seed (the env seed) and metadata + {env_index, env_episode}. Returns counts and rates."""
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes} must be >= 1")
+    n = env.num_envs
+    instructions = env.instructions()
+    obs = env.reset(seed)
+    store.check_compatible(step_schema(obs, env.action_dim))  # before any simulation time is spent
+    recorder = EpisodeRecorder(n)
+    recording = np.arange(n) < episodes  # the env's current episode is one of the first `episodes`
+    started = int(recording.sum())
+    env_episode = np.zeros(n, dtype=np.int64)
+    successes, lengths, env_steps = [], [], 0
+    while len(successes) < episodes:
+        action = policy.act(obs)
+        next_obs, reward, done, info = env.step(action)
+        env_steps += n
+        batch = []
+        for i, steps in recorder.add(obs, action, reward, done, info).items():
+            if recording[i]:
+                k = int(env_episode[i])
+                pick = np.random.default_rng([abs(int(seed)), i, k]).integers(len(instructions))
+                batch.append(Episode(
+                    steps=steps, task=env.task.name, source=source, success=bool(steps["success"].any()),
+                    instruction=instructions[pick], seed=int(seed),
+                    metadata={**(metadata or {}), "env_index": i, "env_episode": k},
+                ))
+            env_episode[i] += 1
+            recording[i] = started < episodes
+            started += int(recording[i])
+        if batch:
+            store.append(batch)
+            successes += [ep.success for ep in batch]
+            lengths += [ep.length for ep in batch]
+            if progress is not None:
+                progress(len(batch))
+        obs = next_obs
+    return {
+        "episodes": len(successes),
+        "steps": int(sum(lengths)),
+        "success_rate": float(np.mean(successes)),
+        "mean_length": float(np.mean(lengths)),
+        "env_steps": env_steps,  # includes steps of envs whose episode was not kept
+        "store_episodes": store.n_episodes,
+        "store_steps": store.n_steps,
+    }

@@ -1,0 +1,193 @@
+"""robot-rl-collect and robot-rl-data end to end, the collection loop, and their bad-input exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robot_rl.data import Episode, EpisodeStore
+
+BIN = Path(sys.executable).parent  # the venv's bin dir, where the console scripts live
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    return subprocess.run([str(BIN / script), *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def _assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for n in needles:
+        assert n in proc.stderr, (n, proc.stderr)
+
+
+def _make_store(path: Path, n: int, dim: int = 3, task: str = "lift", source: str = "teleop", offset: int = 0) -> list[Episode]:
+    eps = []
+    for k in range(n):
+        t = 2 + k
+        eps.append(Episode(
+            steps={"obs/proprio": np.full((t, dim), offset + k, np.float32), "action": np.ones((t, 2), np.float32),
+                   "intervention": np.arange(t) == 0},
+            task=task, source=source, success=k % 2 == 0, instruction=f"do {k}", seed=k, metadata={"k": offset + k},
+        ))
+    with EpisodeStore.open(path, mode="a") as store:
+        store.append(eps)
+    return eps
+
+
+# ---- robot-rl-collect ---------------------------------------------------------------------------------
+def test_collect_records_expert_episodes_and_appends_to_an_existing_store(tmp_path):
+    out = tmp_path / "lift.zarr"
+    proc = _run("robot-rl-collect", "task=lift", "episodes=5", "env.num_envs=3", f"out={out}", "backend=mujoco",
+                f"hydra.run.dir={tmp_path / 'run1'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    metrics = json.loads((tmp_path / "run1" / "metrics.json").read_text())
+    assert (tmp_path / "run1" / "config.yaml").is_file()
+    store = EpisodeStore.open(out)
+    assert metrics["episodes"] == store.n_episodes == 5
+    assert metrics["steps"] == store.n_steps and metrics["wall_time_s"] > 0
+    assert metrics["success_rate"] == pytest.approx(store.episode_attr("success").mean())
+    keys = {k: (list(s.shape), str(s.dtype)) for k, s in store.keys.items()}
+    assert keys["obs/proprio"] == ([20], "float32") and keys["obs/object"] == ([11], "float32")
+    assert keys["action"] == ([4], "float32") and keys["intervention"] == ([], "bool")
+    assert {"reward", "terminated", "truncated", "success", "progress"} <= set(keys)
+    done = store.read("terminated") | store.read("truncated")
+    # Auto-reset bookkeeping: each stored episode ends exactly at its env's done step, nowhere else.
+    assert np.flatnonzero(done).tolist() == (store.episode_ends - 1).tolist()
+    for i in range(store.n_episodes):
+        ep = store.episode(i)
+        assert ep.success == bool(ep.steps["success"].any()) and ep.source == "expert" and ep.task == "lift"
+        assert ep.instruction and ep.metadata["backend"] == "mujoco" and ep.metadata["expert_noise"] == 0.0
+    assert "recorded 5 episodes" in proc.stdout
+
+    proc = _run("robot-rl-collect", "task=lift", "episodes=2", "env.num_envs=2", "expert.noise=0.1", f"out={out}",
+                f"hydra.run.dir={tmp_path / 'run2'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store.refresh()
+    assert store.n_episodes == 7
+    assert [store.episode(i).metadata["expert_noise"] for i in (4, 5, 6)] == [0.0, 0.1, 0.1]
+
+
+def test_collect_keeps_the_same_episodes_as_run_episodes(tmp_path):
+    """The first `episodes` episodes to start are kept, not the first to finish (short, successful ones)."""
+    import sim
+    from robot_rl.data.collect import collect
+    from sim.experts import make_expert, run_episodes
+
+    def fresh():
+        env = sim.make("lift", num_envs=4)
+        return env, make_expert(env, noise=0.25, seed=1)  # noisy enough that some episodes fail
+
+    env, expert = fresh()
+    ref = run_episodes(env, expert, 8, seed=2)
+    env.close()
+    assert 0 < sum(ref["successes"]) < 8  # a mix, so the comparison below sees which episodes were kept
+    env, expert = fresh()
+    with EpisodeStore.open(tmp_path / "s.zarr", mode="a") as store:
+        got = collect(env, expert, store, 8, seed=2)
+        assert store.episode_attr("success").tolist() == ref["successes"]
+    env.close()
+    assert got["episodes"] == 8 and got["mean_length"] == pytest.approx(ref["mean_length"])
+
+
+@pytest.mark.parametrize(
+    "override, needles",
+    [("episodes=0", ["episodes=0 must be a whole number >= 1"]),
+     ("expert.noise=-1", ["expert.noise=-1 must be a number >= 0"]),
+     ("backend=nope", ["unknown backend 'nope'", "mujoco"])],
+)
+def test_collect_bad_config_exits_2_with_one_line(tmp_path, override, needles):
+    proc = _run("robot-rl-collect", override, f"out={tmp_path / 's.zarr'}", f"hydra.run.dir={tmp_path / 'run'}")
+    _assert_one_line_error(proc, *needles)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_collect_into_a_path_that_is_not_a_store_exits_2_naming_it(tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("x")
+    proc = _run("robot-rl-collect", "episodes=1", f"out={notes}", f"hydra.run.dir={tmp_path / 'run'}")
+    _assert_one_line_error(proc, f"{notes} is not an episode store")
+    assert sorted(p.name for p in notes.iterdir()) == ["todo.txt"]
+
+
+def test_collect_into_a_locked_store_exits_2_naming_the_holder(tmp_path):
+    path = tmp_path / "s.zarr"
+    with EpisodeStore.open(path, mode="a"):
+        proc = _run("robot-rl-collect", "episodes=1", "env.num_envs=1", f"out={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    _assert_one_line_error(proc, f"{path} is locked by a writer (pid {os.getpid()})")
+
+
+def test_collect_with_a_store_of_other_keys_exits_2_before_simulating(tmp_path):
+    path = tmp_path / "s.zarr"
+    _make_store(path, 2)
+    proc = _run("robot-rl-collect", "episodes=1", "env.num_envs=1", f"out={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    _assert_one_line_error(proc, f"episode store {path} has keys", "Write them to a new store")
+    assert EpisodeStore.open(path).n_episodes == 2
+
+
+def test_collect_config_backend_sets_env_backend():
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="configs", version_base=None):
+        cfg = compose(config_name="collect", overrides=["backend=mjx", "task=peg_insert"])
+    assert cfg.env.backend == "mjx" and cfg.env.task == "peg_insert" and cfg.out is None
+
+
+# ---- robot-rl-data ------------------------------------------------------------------------------------
+def test_info_prints_episodes_steps_keys_success_and_sources(tmp_path):
+    path = tmp_path / "s.zarr"
+    _make_store(path, 3)  # lengths 2, 3, 4; success on episodes 0 and 2
+    proc = _run("robot-rl-data", "info", str(path))
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    assert lines["episodes"].split()[-1] == "3" and lines["steps"].split()[-1] == "9"
+    assert "0.667" in proc.stdout and "teleop: 3" in proc.stdout
+    assert lines["obs/proprio"].split()[1:] == ["float32", "[3]"]
+    assert lines["intervention"].split()[1:] == ["bool", "[]"]
+    summary = json.loads(_run("robot-rl-data", "info", str(path), "--json").stdout)
+    assert summary["episodes"] == 3 and summary["intervention_steps"] == 3
+    assert summary["keys"]["action"] == {"shape": [2], "dtype": "float32"}
+
+
+def test_merge_combines_stores_in_order_and_keeps_every_attribute(tmp_path):
+    a, b, out = tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "out.zarr"
+    eps = _make_store(a, 2) + _make_store(b, 3, task="peg_insert", source="policy", offset=10)
+    proc = _run("robot-rl-data", "merge", str(out), str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert "merged 5 episodes from 2 store(s)" in proc.stdout
+    merged = EpisodeStore.open(out)
+    assert merged.n_episodes == 5
+    for i, want in enumerate(eps):
+        got = merged.episode(i)
+        assert {k: v.tolist() for k, v in got.steps.items()} == {k: v.tolist() for k, v in want.steps.items()}
+        assert (got.task, got.source, got.success, got.instruction, got.seed, got.metadata) == \
+            (want.task, want.source, want.success, want.instruction, want.seed, want.metadata)
+    summary = json.loads(_run("robot-rl-data", "info", str(out), "--json").stdout)
+    assert summary["sources"] == {"policy": 3, "teleop": 2} and summary["tasks"] == {"lift": 2, "peg_insert": 3}
+
+
+def test_merge_of_stores_with_different_keys_exits_2_and_creates_nothing(tmp_path):
+    a, b, out = tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "out.zarr"
+    _make_store(a, 1, dim=3)
+    _make_store(b, 1, dim=5)
+    proc = _run("robot-rl-data", "merge", str(out), str(a), str(b))
+    _assert_one_line_error(proc, "key 'obs/proprio'", str(b))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["info", "merge"])
+def test_data_cli_on_a_path_that_is_not_a_store_exits_2_naming_it(tmp_path, command):
+    missing = tmp_path / "missing.zarr"
+    args = [str(missing)] if command == "info" else [str(tmp_path / "out.zarr"), str(missing)]
+    proc = _run("robot-rl-data", command, *args)
+    _assert_one_line_error(proc, f"no episode store at {missing}")
