@@ -75,8 +75,26 @@ class BatchedEnv:
     def episode_steps(self) -> int:
         return self.task.cfg.episode_steps
 
+    def render(self, env_ids, camera: str = "front", width: int = 320, height: int = 240) -> np.ndarray:
+        """RGB frames [len(env_ids), height, width, 3] uint8 of the envs' current states, offscreen."""
+        from sim.render import FrameRenderer
+
+        r = getattr(self, "_frame_renderer", None)
+        if r is None or (r.width, r.height) != (width, height):
+            if r is not None:
+                r.close()
+            r = self._frame_renderer = FrameRenderer(width, height)
+        return np.stack([r.render(*self._render_state(int(i)), camera) for i in np.atleast_1d(env_ids)])
+
+    def _render_state(self, i: int):
+        """(MjModel, MjData) holding env i's current state, for rendering."""
+        raise NotImplementedError
+
     def close(self) -> None:
-        pass
+        r = getattr(self, "_frame_renderer", None)
+        if r is not None:
+            r.close()
+            self._frame_renderer = None
 
 
 def _tuplify(v):

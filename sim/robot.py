@@ -163,6 +163,8 @@ def build_scene_xml(
     <light name='side' pos='1.2 -0.8 1.0' dir='-1 0.6 -0.6' diffuse='0.4 0.4 0.4' castshadow='false'/>
     <geom name='table' type='plane' size='1.0 1.0 0.02' material='table'/>
     <camera name='front' pos='1.25 0 0.6' xyaxes='0 1 0 -0.45 0 0.89' fovy='45'/>
+    <!-- three-quarter view from the front right, looking down at the workspace: videos -->
+    <camera name='overview' pos='1.05 -0.75 0.75' xyaxes='0.781 0.625 0 -0.357 0.447 0.820' fovy='45'/>
     <body name='link0' pos='0 0 0'>
       <geom type='cylinder' size='0.07 0.07' pos='0 0 0.07' mass='0' class='visual' material='arm_white'/>
       <geom type='capsule' fromto='0 0 0.1 0 0 0.143' size='0.06' mass='0' class='visual' material='arm_grey'/>

@@ -149,7 +149,15 @@ class MujocoEnv(BatchedEnv):
             info["final_obs"] = obs
         return obs, reward, done, info
 
+    def _render_state(self, i: int):
+        m, d = self.models[i], self._scratch
+        mujoco.mj_setState(m, d, self.state[i], self._spec)
+        d.mocap_pos[:] = self.mocap_pos[i]
+        mujoco.mj_forward(m, d)
+        return m, d
+
     def close(self) -> None:
+        super().close()
         if self._rollout is not None:
             self._rollout.close()
             self._rollout = None

@@ -82,11 +82,21 @@ def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0) -> Expert:
     return cls(env, noise=noise, seed=seed)
 
 
-def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress=None) -> dict:
-    """Roll `policy.act(obs)` until `episodes` episodes finished; success rate, returns, lengths."""
+def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress=None, on_step=None) -> dict:
+    """Roll `policy.act(obs) -> [N, A]` until `episodes` episodes finished; success rate, returns, lengths.
+
+    A policy with `reset(env_ids)` is told when envs start new episodes (all at the start). `on_step(obs,
+    done)` is called after the reset (done all False) and after every step, e.g. to render frames.
+    """
     obs = env.reset(seed)
-    succ, rets, lens = [], [], []
+    reset = getattr(policy, "reset", None)
+    if reset is not None:
+        reset(None)
+    if on_step is not None:
+        on_step(obs, np.zeros(env.num_envs, dtype=bool))
+    succ, rets, lens, ids = [], [], [], []
     ever = np.zeros(env.num_envs, dtype=bool)
+    episode_of = np.zeros(env.num_envs, dtype=np.int64)  # per env: index of its current episode
     # Count only the first `episodes` episodes to start, so the sample is not biased toward short
     # (successful) episodes that finish early and restart.
     total_started = env.num_envs
@@ -99,15 +109,22 @@ def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress
                 succ.append(bool(ever[i]))
                 rets.append(float(info["episode_return"][i]))
                 lens.append(int(info["episode_length"][i]))
+                ids.append((int(i), int(episode_of[i])))
                 if progress is not None:
                     progress(1)
             ever[i] = False
+            episode_of[i] += 1
             slots[i] = total_started < episodes
             total_started += 1
+        if done.any() and reset is not None:
+            reset(np.nonzero(done)[0])
+        if on_step is not None:
+            on_step(obs, done)
     return {
         "episodes": len(succ),
         "success_rate": float(np.mean(succ)),
         "mean_return": float(np.mean(rets)),
         "mean_length": float(np.mean(lens)),
         "successes": succ,
+        "episode_ids": ids,  # (env index, episode index of that env): with the seed, identifies the episode
     }
