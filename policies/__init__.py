@@ -1,0 +1,46 @@
+"""Base policies: the BasePolicy interface, its runner, the diffusion policy and adapters.
+
+One factory maps checkpoint kinds to classes: `load_policy(path)` reads `config.json`'s "kind" and
+hands the checkpoint to that class. Classes are imported lazily so that loading one policy does not
+import every model family.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from policies.base import BasePolicy, PolicySpec, SpecMismatch
+
+# kind -> "module:Class"
+REGISTRY = {
+    "diffusion": "policies.diffusion.policy:DiffusionPolicy",
+}
+
+
+def policy_class(kind: str) -> type[BasePolicy]:
+    if kind not in REGISTRY:
+        raise ValueError(f"unknown policy kind {kind!r}; known kinds: {', '.join(sorted(REGISTRY))}")
+    module, name = REGISTRY[kind].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_policy(path: str | Path, device: str = "cpu") -> BasePolicy:
+    """Load any saved BasePolicy checkpoint directory onto `device`."""
+    from robot_rl import checkpoint
+
+    tensors, cfg = checkpoint.load(path, device=device)
+    kind = cfg.get("kind")
+    if kind not in REGISTRY or "spec" not in cfg:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {Path(path) / checkpoint.CONFIG} names no known policy kind (got {kind!r}; "
+            f"known: {', '.join(sorted(REGISTRY))})"
+        )
+    try:
+        spec = PolicySpec.from_dict(cfg["spec"])
+    except (TypeError, KeyError, AttributeError) as e:
+        raise checkpoint.CheckpointError(f"checkpoint {Path(path) / checkpoint.CONFIG} has a malformed spec ({e})") from None
+    return policy_class(kind).from_checkpoint(tensors, cfg.get("config", {}), spec, device)
+
+
+__all__ = ["BasePolicy", "PolicySpec", "SpecMismatch", "REGISTRY", "load_policy", "policy_class"]

@@ -1,0 +1,23 @@
+"""The scripted sim experts seen through the BasePolicy interface (`robot-rl-eval policy=expert`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from policies.base import BasePolicy, PolicySpec
+
+
+class ExpertPolicy(BasePolicy):
+    """One action per call (obs_horizon = action_horizon = 1); not saveable, it is code, not weights."""
+
+    def __init__(self, env, noise: float = 0.0, seed: int = 0):
+        from sim.experts import make_expert
+
+        self.expert = make_expert(env, noise=noise, seed=seed)
+        self.spec = PolicySpec(
+            task=env.cfg.task, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
+            action_space=env.cfg.action_space, obs_horizon=1, action_horizon=1, control_hz=env.cfg.control_hz,
+        )
+
+    def act(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:
+        return self.expert.act({k: v[:, -1] for k, v in obs_history.items()})[:, None, :]

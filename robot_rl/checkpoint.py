@@ -1,0 +1,126 @@
+"""Checkpoints: a directory with `model.safetensors` (tensors) and `config.json` (everything else).
+
+Written atomically: both files go into a temporary sibling directory (fsynced), which is then renamed onto
+the target, so a reader or a crash never sees half a checkpoint. Nothing is ever unpickled: tensors come
+from safetensors, the rest from JSON.
+
+Nested state (optimizer state dicts, RNG states, ...) is stored with `flatten`: every tensor leaf moves
+into the safetensors file under a dotted key and is replaced by {"__tensor__": key} in the JSON tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TENSORS = "model.safetensors"
+CONFIG = "config.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupted or does not fit; the message names the file and the problem."""
+
+
+def flatten(tree: Any, prefix: str, tensors: dict) -> Any:
+    """JSON-able copy of `tree` with torch tensors / numpy arrays moved into `tensors` under dotted keys."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        tensors[prefix] = tree.detach().cpu().contiguous()
+        return {"__tensor__": prefix}
+    if isinstance(tree, np.ndarray):
+        tensors[prefix] = torch.from_numpy(np.ascontiguousarray(tree))
+        return {"__tensor__": prefix, "numpy": True}
+    if isinstance(tree, dict):
+        # JSON keys are strings: remember int keys (torch optimizer state is keyed by param index).
+        out = {str(k): flatten(v, f"{prefix}.{k}", tensors) for k, v in tree.items()}
+        int_keys = [str(k) for k in tree if isinstance(k, int)]
+        return {"__dict__": out, "int_keys": int_keys} if int_keys else out
+    if isinstance(tree, (list, tuple)):
+        return [flatten(v, f"{prefix}.{i}", tensors) for i, v in enumerate(tree)]
+    if isinstance(tree, (np.integer, np.floating, np.bool_)):
+        return tree.item()
+    return tree
+
+
+def unflatten(tree: Any, tensors: dict) -> Any:
+    """Inverse of `flatten`."""
+    if isinstance(tree, dict):
+        if "__tensor__" in tree:
+            t = tensors[tree["__tensor__"]]
+            return t.numpy() if tree.get("numpy") else t
+        if "__dict__" in tree:
+            ints = set(tree["int_keys"])
+            return {(int(k) if k in ints else k): unflatten(v, tensors) for k, v in tree["__dict__"].items()}
+        return {k: unflatten(v, tensors) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [unflatten(v, tensors) for v in tree]
+    return tree
+
+
+def save(path: str | Path, tensors: dict, config: dict) -> Path:
+    """Write a checkpoint directory atomically (replacing an existing one at `path`)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / TENSORS))
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        for name in (TENSORS, CONFIG):
+            _fsync(tmp / name)
+        _fsync(tmp)
+        if path.exists():
+            # Two renames: the old checkpoint stays complete until the new one is in place.
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+        _fsync(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def load(path: str | Path, device: str = "cpu") -> tuple[dict, dict]:
+    """(tensors, config) of a checkpoint directory, with one clear error for each way it can be broken."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist; pass the directory written by save()/training")
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is not a directory; a checkpoint is a directory with {TENSORS} and {CONFIG}")
+    for name in (TENSORS, CONFIG):
+        if not (path / name).is_file():
+            raise CheckpointError(f"checkpoint {path} is missing {name}; it is incomplete or not a checkpoint")
+    try:
+        config = json.loads((path / CONFIG).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint file {path / CONFIG} is corrupted (not valid JSON: {e})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"checkpoint file {path / CONFIG} is corrupted (expected a JSON object)")
+    try:
+        tensors = load_file(str(path / TENSORS), device=device)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint file {path / TENSORS} is corrupted ({e})") from None
+    return tensors, config
+
+
+def _fsync(p: Path) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

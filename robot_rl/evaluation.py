@@ -1,0 +1,73 @@
+"""Batched policy evaluation: success rate with a Wilson interval, returns, lengths, seeds, and videos.
+
+Used by `robot-rl-eval`, by periodic evaluation during training and by the quickstart, so every number
+that says "success rate" is computed the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% for z = 1.96)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def evaluate_policy(env, policy, episodes: int, seed: int = 0, videos: int = 0, video_dir: str | Path | None = None,
+                    camera: str = "overview", size: tuple[int, int] = (320, 240), progress=None) -> dict:
+    """Run `policy` (a BasePolicy) for `episodes` episodes on a batched env; videos of the first episodes
+    of envs 0..videos-1 go to video_dir/episode_<env>.mp4."""
+    from policies.runner import PolicyRunner
+    from sim.experts import run_episodes
+
+    policy.spec.check_env(env)
+    if videos > env.num_envs:
+        raise ValueError(f"videos={videos} must be <= num_envs={env.num_envs} (one first episode per env)")
+    if videos and video_dir is None:
+        raise ValueError("videos > 0 needs a video_dir")
+    runner = PolicyRunner(policy, env.num_envs)
+    frames: list[list[np.ndarray]] = [[] for _ in range(videos)]
+    recording = np.arange(videos)
+
+    def on_step(obs, done):
+        nonlocal recording
+        # The frame after an episode's last step already shows the next episode (auto-reset): stop there.
+        recording = recording[~done[recording]]
+        if len(recording):
+            for i, f in zip(recording, env.render(recording, camera, *size)):
+                frames[i].append(f)
+
+    result = run_episodes(env, runner, episodes, seed=seed, progress=progress, on_step=on_step if videos else None)
+    k = sum(result["successes"])
+    lo, hi = wilson_interval(k, result["episodes"])
+    metrics = {
+        "episodes": result["episodes"],
+        "successes": k,
+        "success_rate": result["success_rate"],
+        "success_ci95": [lo, hi],
+        "mean_return": result["mean_return"],
+        "mean_length": result["mean_length"],
+        "seed": seed,
+        "episode_ids": result["episode_ids"],
+        "task": env.cfg.task,
+        "backend": env.cfg.backend,
+        "num_envs": env.num_envs,
+    }
+    if videos:
+        from robot_rl.video import write_mp4
+
+        metrics["videos"] = [
+            str(write_mp4(Path(video_dir) / f"episode_{i}.mp4", np.stack(f), fps=env.cfg.control_hz))
+            for i, f in enumerate(frames) if f
+        ]
+    return metrics
