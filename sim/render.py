@@ -13,6 +13,9 @@ import sys
 
 def choose_gl_backend() -> None:
     """MUJOCO_GL=egl on a display-less Linux unless already set (must run before `import mujoco`)."""
+    import logging
+
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL's INFO notes at import are noise
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and "mujoco" not in sys.modules:
         os.environ.setdefault("MUJOCO_GL", "egl")
 

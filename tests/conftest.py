@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,22 @@ def cpu_env():
     env = sim.make("lift", backend="mujoco", num_envs=N_ENVS, randomization=DR)
     yield env
     env.close()
+
+
+BIN = Path(sys.executable).parent  # the venv's bin dir, where the console scripts live
+
+
+def run_cli(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run one of our console scripts as a user would, capturing its output."""
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    return subprocess.run([str(BIN / script), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit code 2, no traceback, one line on stderr containing every needle."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for n in needles:
+        assert n in proc.stderr, (n, proc.stderr)

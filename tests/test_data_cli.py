@@ -4,31 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from robot_rl.data import Episode, EpisodeStore
-
-BIN = Path(sys.executable).parent  # the venv's bin dir, where the console scripts live
-
-
-def _run(script: str, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
-    return subprocess.run([str(BIN / script), *args], capture_output=True, text=True, timeout=300, env=env)
-
-
-def _assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 2, out
-    assert "Traceback" not in out
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    for n in needles:
-        assert n in proc.stderr, (n, proc.stderr)
-
+from tests.conftest import assert_one_line_error, run_cli
 
 def _make_store(path: Path, n: int, dim: int = 3, task: str = "lift", source: str = "teleop", offset: int = 0) -> list[Episode]:
     eps = []
@@ -47,7 +29,7 @@ def _make_store(path: Path, n: int, dim: int = 3, task: str = "lift", source: st
 # ---- robot-rl-collect ---------------------------------------------------------------------------------
 def test_collect_records_expert_episodes_and_appends_to_an_existing_store(tmp_path):
     out = tmp_path / "lift.zarr"
-    proc = _run("robot-rl-collect", "task=lift", "episodes=5", "env.num_envs=3", f"out={out}", "backend=mujoco",
+    proc = run_cli("robot-rl-collect", "task=lift", "episodes=5", "env.num_envs=3", f"out={out}", "backend=mujoco",
                 f"hydra.run.dir={tmp_path / 'run1'}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     metrics = json.loads((tmp_path / "run1" / "metrics.json").read_text())
@@ -69,7 +51,7 @@ def test_collect_records_expert_episodes_and_appends_to_an_existing_store(tmp_pa
         assert ep.instruction and ep.metadata["backend"] == "mujoco" and ep.metadata["expert_noise"] == 0.0
     assert "recorded 5 episodes" in proc.stdout
 
-    proc = _run("robot-rl-collect", "task=lift", "episodes=2", "env.num_envs=2", "expert.noise=0.1", f"out={out}",
+    proc = run_cli("robot-rl-collect", "task=lift", "episodes=2", "env.num_envs=2", "expert.noise=0.1", f"out={out}",
                 f"hydra.run.dir={tmp_path / 'run2'}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     store.refresh()
@@ -106,8 +88,8 @@ def test_collect_keeps_the_same_episodes_as_run_episodes(tmp_path):
      ("backend=nope", ["unknown backend 'nope'", "mujoco"])],
 )
 def test_collect_bad_config_exits_2_with_one_line(tmp_path, override, needles):
-    proc = _run("robot-rl-collect", override, f"out={tmp_path / 's.zarr'}", f"hydra.run.dir={tmp_path / 'run'}")
-    _assert_one_line_error(proc, *needles)
+    proc = run_cli("robot-rl-collect", override, f"out={tmp_path / 's.zarr'}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(proc, *needles)
     assert not (tmp_path / "s.zarr").exists()
 
 
@@ -115,23 +97,23 @@ def test_collect_into_a_path_that_is_not_a_store_exits_2_naming_it(tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "todo.txt").write_text("x")
-    proc = _run("robot-rl-collect", "episodes=1", f"out={notes}", f"hydra.run.dir={tmp_path / 'run'}")
-    _assert_one_line_error(proc, f"{notes} is not an episode store")
+    proc = run_cli("robot-rl-collect", "episodes=1", f"out={notes}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(proc, f"{notes} is not an episode store")
     assert sorted(p.name for p in notes.iterdir()) == ["todo.txt"]
 
 
 def test_collect_into_a_locked_store_exits_2_naming_the_holder(tmp_path):
     path = tmp_path / "s.zarr"
     with EpisodeStore.open(path, mode="a"):
-        proc = _run("robot-rl-collect", "episodes=1", "env.num_envs=1", f"out={path}", f"hydra.run.dir={tmp_path / 'run'}")
-    _assert_one_line_error(proc, f"{path} is locked by a writer (pid {os.getpid()})")
+        proc = run_cli("robot-rl-collect", "episodes=1", "env.num_envs=1", f"out={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(proc, f"{path} is locked by a writer (pid {os.getpid()})")
 
 
 def test_collect_with_a_store_of_other_keys_exits_2_before_simulating(tmp_path):
     path = tmp_path / "s.zarr"
     _make_store(path, 2)
-    proc = _run("robot-rl-collect", "episodes=1", "env.num_envs=1", f"out={path}", f"hydra.run.dir={tmp_path / 'run'}")
-    _assert_one_line_error(proc, f"episode store {path} has keys", "Write them to a new store")
+    proc = run_cli("robot-rl-collect", "episodes=1", "env.num_envs=1", f"out={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(proc, f"episode store {path} has keys", "Write them to a new store")
     assert EpisodeStore.open(path).n_episodes == 2
 
 
@@ -147,14 +129,14 @@ def test_collect_config_backend_sets_env_backend():
 def test_info_prints_episodes_steps_keys_success_and_sources(tmp_path):
     path = tmp_path / "s.zarr"
     _make_store(path, 3)  # lengths 2, 3, 4; success on episodes 0 and 2
-    proc = _run("robot-rl-data", "info", str(path))
+    proc = run_cli("robot-rl-data", "info", str(path))
     assert proc.returncode == 0, proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
     assert lines["episodes"].split()[-1] == "3" and lines["steps"].split()[-1] == "9"
     assert "0.667" in proc.stdout and "teleop: 3" in proc.stdout
     assert lines["obs/proprio"].split()[1:] == ["float32", "[3]"]
     assert lines["intervention"].split()[1:] == ["bool", "[]"]
-    summary = json.loads(_run("robot-rl-data", "info", str(path), "--json").stdout)
+    summary = json.loads(run_cli("robot-rl-data", "info", str(path), "--json").stdout)
     assert summary["episodes"] == 3 and summary["intervention_steps"] == 3
     assert summary["keys"]["action"] == {"shape": [2], "dtype": "float32"}
 
@@ -162,7 +144,7 @@ def test_info_prints_episodes_steps_keys_success_and_sources(tmp_path):
 def test_merge_combines_stores_in_order_and_keeps_every_attribute(tmp_path):
     a, b, out = tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "out.zarr"
     eps = _make_store(a, 2) + _make_store(b, 3, task="peg_insert", source="policy", offset=10)
-    proc = _run("robot-rl-data", "merge", str(out), str(a), str(b))
+    proc = run_cli("robot-rl-data", "merge", str(out), str(a), str(b))
     assert proc.returncode == 0, proc.stderr
     assert "merged 5 episodes from 2 store(s)" in proc.stdout
     merged = EpisodeStore.open(out)
@@ -172,7 +154,7 @@ def test_merge_combines_stores_in_order_and_keeps_every_attribute(tmp_path):
         assert {k: v.tolist() for k, v in got.steps.items()} == {k: v.tolist() for k, v in want.steps.items()}
         assert (got.task, got.source, got.success, got.instruction, got.seed, got.metadata) == \
             (want.task, want.source, want.success, want.instruction, want.seed, want.metadata)
-    summary = json.loads(_run("robot-rl-data", "info", str(out), "--json").stdout)
+    summary = json.loads(run_cli("robot-rl-data", "info", str(out), "--json").stdout)
     assert summary["sources"] == {"policy": 3, "teleop": 2} and summary["tasks"] == {"lift": 2, "peg_insert": 3}
 
 
@@ -180,8 +162,8 @@ def test_merge_of_stores_with_different_keys_exits_2_and_creates_nothing(tmp_pat
     a, b, out = tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "out.zarr"
     _make_store(a, 1, dim=3)
     _make_store(b, 1, dim=5)
-    proc = _run("robot-rl-data", "merge", str(out), str(a), str(b))
-    _assert_one_line_error(proc, "key 'obs/proprio'", str(b))
+    proc = run_cli("robot-rl-data", "merge", str(out), str(a), str(b))
+    assert_one_line_error(proc, "key 'obs/proprio'", str(b))
     assert not out.exists()
 
 
@@ -189,5 +171,5 @@ def test_merge_of_stores_with_different_keys_exits_2_and_creates_nothing(tmp_pat
 def test_data_cli_on_a_path_that_is_not_a_store_exits_2_naming_it(tmp_path, command):
     missing = tmp_path / "missing.zarr"
     args = [str(missing)] if command == "info" else [str(tmp_path / "out.zarr"), str(missing)]
-    proc = _run("robot-rl-data", command, *args)
-    _assert_one_line_error(proc, f"no episode store at {missing}")
+    proc = run_cli("robot-rl-data", command, *args)
+    assert_one_line_error(proc, f"no episode store at {missing}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -140,16 +141,31 @@ def test_inlined_ddim_update_equals_diffusers_step(steps):
     torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
 
 
-def test_temporal_conv_equals_torch_conv1d_in_training_and_inference():
-    from policies.diffusion.unet import TemporalConv1d
+@pytest.mark.parametrize("stride", [1, 2])
+def test_temporal_conv_equals_torch_conv1d(stride):
+    from policies.diffusion.unet import TemporalConv
 
-    conv = TemporalConv1d(6, 10, 5)
-    x = torch.randn(3, 6, 16)
-    torch.testing.assert_close(conv(x), torch.nn.functional.conv1d(x, conv.weight, conv.bias, padding=2))
-    with torch.no_grad():
-        conv(x)  # fills the inference cache
-        conv.weight.mul_(2.0)  # an in-place update (EMA, load) must invalidate it
-        torch.testing.assert_close(conv(x), torch.nn.functional.conv1d(x, conv.weight, conv.bias, padding=2))
+    conv = TemporalConv(6, 10, 5 if stride == 1 else 3, stride=stride)
+    x = torch.randn(3, 16, 6)  # channels-last [B, T, C]
+    k = conv.kernel
+    w = conv.weight.view(6, k, 10).permute(2, 0, 1)  # matmul layout -> torch's [out, in, k]
+    ref = torch.nn.functional.conv1d(x.transpose(1, 2), w, conv.bias, stride=stride, padding=(k - 1) // 2)
+    torch.testing.assert_close(conv(x), ref.transpose(1, 2))
+
+
+def test_jit_inference_gives_the_eager_actions_and_follows_weight_updates(lift_env):
+    eager = _policy(lift_env, dataclasses.replace(SMALL, jit=False))
+    jit = _policy(lift_env, dataclasses.replace(SMALL, jit=True))
+    jit.ema.model.load_state_dict(eager.ema.model.state_dict())
+    obs = _history(lift_env)
+    for step in range(2):
+        eager.generator.manual_seed(5)
+        jit.generator.manual_seed(5)
+        np.testing.assert_allclose(jit.act(obs), eager.act(obs), atol=1e-5)
+        with torch.no_grad():  # an EMA-like in-place update must reach the traced graph
+            for a, b in zip(eager.ema.model.parameters(), jit.ema.model.parameters()):
+                a.add_(0.1)
+                b.add_(0.1)
 
 
 class _Counting(BasePolicy):

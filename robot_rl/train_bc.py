@@ -1,0 +1,220 @@
+"""Behaviour cloning of a diffusion base policy from an episode store: the training workspace.
+
+It owns the loop: windows from the store's sequence sampler -> DDPM loss -> AdamW with warm-up + cosine
+-> EMA; TensorBoard scalars, periodic evaluation in sim through robot_rl.evaluation, atomic checkpoints
+every `ckpt_every` steps (policy + optimizer + schedule + RNG, so a resumed run continues the same
+stream of batches), and at the end `policy/` (the EMA policy: what robot-rl-eval and deployment load),
+metrics.json and curves.png.
+
+Run directory:
+    checkpoints/step_<N>/      full training state (also loadable by load_policy)
+    checkpoints/latest.json    {"step": N, "path": "step_<N>"}, replaced atomically after each save
+    policy/                    final policy checkpoint
+    tb/  metrics.json  curves.png  videos/
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robot_rl import checkpoint
+from robot_rl.run_dir import atomic_write_text, write_metrics
+
+# Changing any of these between a checkpoint and its resume would silently train another model.
+RESUME_KEYS = ("data", "task", "policy", "batch_size", "lr", "weight_decay", "warmup_steps", "seed")
+
+
+@dataclasses.dataclass
+class BCConfig:
+    """Everything the loop reads besides the env and policy configs (defaults in configs/train_bc.yaml)."""
+
+    data: str
+    steps: int = 3000
+    batch_size: int = 256
+    lr: float = 3e-4
+    weight_decay: float = 1e-6
+    warmup_steps: int = 200
+    grad_clip: float = 1.0
+    log_every: int = 50
+    ckpt_every: int = 500
+    keep_checkpoints: int = 2
+    eval_every: int = 0  # 0: evaluate only at the end
+    eval_episodes: int = 50
+    eval_seed: int = 1000  # evaluation episodes never share the training data's seeds
+    videos: int = 2
+    seed: int = 0
+
+
+class ResumeMismatch(ValueError):
+    """The run directory's checkpoint was trained with another config; names the differing keys."""
+
+
+def lr_lambda(warmup: int, total: int):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + np.cos(np.pi * min(1.0, progress)))
+
+    return f
+
+
+class BCWorkspace:
+    def __init__(self, run_dir: Path, cfg: BCConfig, policy_cfg, env, store, resume_config: dict):
+        from policies.diffusion.policy import DiffusionPolicy
+        from robot_rl.data.sampler import SequenceSampler
+
+        self.run_dir, self.cfg, self.env = Path(run_dir), cfg, env
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.resume_config = resume_config
+        obs_dims = dict(env.obs_dims)
+        keys = [f"obs/{k}" for k in obs_dims] + ["action"]
+        self.sampler = SequenceSampler(store, obs_keys=keys[:-1], action_keys=("action",),
+                                       obs_horizon=policy_cfg.obs_horizon, action_horizon=policy_cfg.pred_horizon)
+        spec = dict(task=env.cfg.task, obs_dims=obs_dims, action_dim=env.action_dim,
+                    action_space=env.cfg.action_space, control_hz=env.cfg.control_hz)
+        self.policy = DiffusionPolicy.from_stats(spec, policy_cfg, store.stats(keys))
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.opt = torch.optim.AdamW(self.policy.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg.warmup_steps, cfg.steps))
+        self.step = 0
+
+    # ---- checkpoints --------------------------------------------------------------------------------
+    def save(self) -> Path:
+        tensors = dict(self.policy.state_tensors())
+        tensors.update(self.policy.training_tensors())
+        train = {
+            "step": self.step,
+            "optimizer": checkpoint.flatten(self.opt.state_dict(), "optim", tensors),
+            "scheduler": checkpoint.flatten(self.sched.state_dict(), "sched", tensors),
+            "ema_step": self.policy.ema.step,
+            "numpy_rng": self.rng.bit_generator.state,
+            "torch_rng": checkpoint.flatten(torch.get_rng_state(), "torch_rng", tensors),
+            "config": self.resume_config,
+        }
+        cfg = {"kind": self.policy.kind, "spec": self.policy.spec.to_dict(), "config": self.policy.config(),
+               "train": train}
+        path = checkpoint.save(self.ckpt_dir / f"step_{self.step:07d}", tensors, cfg)
+        atomic_write_text(self.ckpt_dir / "latest.json", json.dumps({"step": self.step, "path": path.name}) + "\n")
+        old = sorted(p for p in self.ckpt_dir.glob("step_*") if p.is_dir() and p != path)
+        for p in old[: max(0, len(old) - (self.cfg.keep_checkpoints - 1))]:
+            shutil.rmtree(p, ignore_errors=True)
+        return path
+
+    def try_resume(self) -> bool:
+        """Continue from checkpoints/latest.json when present; False when there is nothing to resume."""
+        latest = self.ckpt_dir / "latest.json"
+        if not latest.is_file():
+            return False
+        path = self.ckpt_dir / json.loads(latest.read_text())["path"]
+        tensors, cfg = checkpoint.load(path)
+        train = cfg.get("train")
+        if train is None:
+            raise checkpoint.CheckpointError(f"{path} holds no training state; it cannot be resumed")
+        diff = _differing(train["config"], self.resume_config)
+        if diff:
+            raise ResumeMismatch(
+                f"cannot resume {path}: it was trained with a different config for {', '.join(diff)}; "
+                "start a new run directory or restore those values"
+            )
+        self.policy.ema.model.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("ema.")})
+        self.policy.load_training_tensors(tensors)
+        self.opt.load_state_dict(checkpoint.unflatten(train["optimizer"], tensors))
+        self.sched.load_state_dict(checkpoint.unflatten(train["scheduler"], tensors))
+        self.policy.ema.step = int(train["ema_step"])
+        self.rng.bit_generator.state = train["numpy_rng"]
+        torch.set_rng_state(checkpoint.unflatten(train["torch_rng"], tensors))
+        self.step = int(train["step"])
+        return True
+
+    # ---- loop ---------------------------------------------------------------------------------------
+    def batch(self) -> tuple[dict, torch.Tensor]:
+        w = self.sampler.sample(self.cfg.batch_size, self.rng)
+        obs = {k[4:]: torch.from_numpy(w[k]) for k in self.sampler.obs_keys}
+        return obs, torch.from_numpy(w["action"])
+
+    def train_step(self) -> float:
+        obs, action = self.batch()
+        loss = self.policy.loss(obs, action)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"loss is {loss.item()} at step {self.step}; the last good checkpoint is kept in {self.ckpt_dir}"
+            )
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.net.parameters(), self.cfg.grad_clip)
+        self.opt.step()
+        self.sched.step()
+        self.policy.ema.update(self.policy.net)
+        self.step += 1
+        return float(loss.detach())
+
+    def evaluate(self, videos: int = 0, progress=None) -> dict:
+        from robot_rl.evaluation import evaluate_policy
+
+        self.policy.ema.model.eval()
+        return evaluate_policy(self.env, self.policy, self.cfg.eval_episodes, seed=self.cfg.eval_seed,
+                               videos=videos, video_dir=self.run_dir / "videos", progress=progress)
+
+    def run(self, log, bar=None) -> dict:
+        cfg = self.cfg
+        task = bar.add_task("bc", total=cfg.steps, completed=self.step) if bar is not None else None
+        t0, start, losses = time.perf_counter(), self.step, []
+        while self.step < cfg.steps:
+            losses.append(self.train_step())
+            if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                log.scalars({"loss": float(np.mean(losses)), "lr": self.sched.get_last_lr()[0],
+                             "steps_per_s": (self.step - start) / (time.perf_counter() - t0)},
+                            self.step, prefix="train/")
+                losses = []
+            if self.step % cfg.ckpt_every == 0 or self.step == cfg.steps:
+                self.save()
+            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                m = self.evaluate()
+                log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"]}, self.step,
+                            prefix="eval/")
+            if task is not None:
+                bar.update(task, completed=self.step)
+        train_time = time.perf_counter() - t0
+        final = self.evaluate(videos=cfg.videos)
+        log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"]}, self.step,
+                    prefix="eval/")
+        self.policy.save(self.run_dir / "policy")
+        return {"final_eval": final, "train_time_s": train_time, "steps": self.step,
+                "final_loss": log.last("train/loss")}
+
+
+def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _differing(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k} ({x!r} -> {y!r})")
+    return out
+
+
+def write_results(run_dir: Path, log, result: dict, extra: dict) -> None:
+    final = result["final_eval"]
+    metrics = {
+        **extra,
+        "steps": result["steps"],
+        "final_loss": result["final_loss"],
+        "train_time_s": result["train_time_s"],
+        "success_rate": final["success_rate"],
+        "success_ci95": final["success_ci95"],
+        "eval": {k: v for k, v in final.items() if k != "episode_ids"},
+        "eval_episode_ids": final["episode_ids"],
+        "history": log.history_json(),
+    }
+    write_metrics(run_dir, metrics)
+    log.plot(run_dir / "curves.png", ["train/loss", "train/lr", "eval/success_rate"], title=f"BC {extra.get('task', '')}")

@@ -1,0 +1,119 @@
+"""robot-rl-train-bc and robot-rl-eval end to end: run directory, resume, evaluation metrics, bad inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import sim
+from robot_rl.data import EpisodeStore
+from robot_rl.evaluation import wilson_interval
+from robot_rl.video import read_mp4_frames
+from tests.conftest import assert_one_line_error, run_cli
+
+# A tiny policy and budget: the plumbing, not the learning, is under test here.
+TINY = ["policy.dims=[16,32]", "policy.step_embed_dim=16", "policy.pred_horizon=8", "policy.action_horizon=4",
+        "policy.inference_steps=3", "policy.train_steps=20", "batch_size=16", "ckpt_every=2", "log_every=1",
+        "eval_episodes=2", "env.num_envs=2", "warmup_steps=1"]
+
+
+@pytest.fixture(scope="module")
+def lift_store(tmp_path_factory):
+    from robot_rl.data.collect import collect
+    from sim.experts import make_expert
+
+    path = tmp_path_factory.mktemp("data") / "lift.zarr"
+    env = sim.make("lift", num_envs=3)
+    with EpisodeStore.open(path, mode="a") as store:
+        collect(env, make_expert(env, noise=0.1, seed=0), store, episodes=6, seed=0, source="expert")
+    env.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(lift_store, tmp_path_factory):
+    run = tmp_path_factory.mktemp("bc") / "run"
+    proc = run_cli("robot-rl-train-bc", f"data={lift_store}", "steps=4", "videos=1", *TINY, f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run, proc
+
+
+def test_train_bc_writes_policy_checkpoints_logs_and_curves(trained):
+    run, proc = trained
+    for name in ("config.yaml", "metrics.json", "curves.png", "policy/model.safetensors", "policy/config.json",
+                 "checkpoints/latest.json", "videos/episode_0.mp4"):
+        assert (run / name).is_file(), name
+    assert list((run / "tb").glob("events.out.tfevents.*")), "TensorBoard events"
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["steps"] == 4 and m["episodes"] == 6 and math.isfinite(m["final_loss"])
+    assert [s for s, _ in m["history"]["train/loss"]] == [1, 2, 3, 4]
+    assert 0.0 <= m["success_rate"] <= 1.0 and m["eval"]["episodes"] == 2
+    assert json.loads((run / "checkpoints/latest.json").read_text()) == {"step": 4, "path": "step_0000004"}
+    assert len(read_mp4_frames(run / "videos/episode_0.mp4")) > 1
+    assert "BC success" in proc.stdout
+
+
+def test_train_bc_resumes_from_the_latest_checkpoint(trained, lift_store):
+    run, _ = trained
+    proc = run_cli("robot-rl-train-bc", f"data={lift_store}", "steps=6", "videos=1", *TINY, f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "resuming" in proc.stdout and "from step 4" in proc.stdout
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["steps"] == 6 and m["resumed_from"] == 4
+    # one continuous history: steps 1..6 once each, the resumed part appended
+    assert [s for s, _ in m["history"]["train/loss"]] == [1, 2, 3, 4, 5, 6]
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000004", "step_0000006"]
+
+
+def test_resume_with_a_changed_config_names_the_differing_keys(trained, lift_store):
+    run, _ = trained
+    proc = run_cli("robot-rl-train-bc", f"data={lift_store}", "steps=8", *TINY, "lr=0.01", "policy.kernel=3",
+                   f"hydra.run.dir={run}")
+    assert_one_line_error(proc, "cannot resume", "lr (0.0003 -> 0.01)", "policy.kernel (5 -> 3)")
+
+
+def test_train_bc_refuses_a_store_of_another_task(lift_store, tmp_path):
+    proc = run_cli("robot-rl-train-bc", "task=push", f"data={lift_store}", "steps=2", *TINY,
+                   f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(proc, "holds task(s) ['lift']", "trains task 'push'")
+
+
+def test_train_bc_names_a_missing_store(tmp_path):
+    proc = run_cli("robot-rl-train-bc", f"data={tmp_path / 'none.zarr'}", "steps=2", *TINY, f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(proc, str(tmp_path / "none.zarr"))
+
+
+def test_eval_of_the_expert_reports_success_with_wilson_interval_seeds_and_video(tmp_path):
+    proc = run_cli("robot-rl-eval", "policy=expert", "task=lift", "episodes=4", "env.num_envs=2", "videos=1",
+                   "seed=7", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert m["episodes"] == 4 and m["success_rate"] == 1.0 and m["seed"] == 7
+    assert m["success_ci95"] == pytest.approx(list(wilson_interval(4, 4)))
+    assert sorted(map(tuple, m["episode_ids"])) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert m["mean_length"] < 80 and len(read_mp4_frames(tmp_path / "videos/episode_0.mp4")) > 5
+
+
+def test_eval_of_a_checkpoint_for_another_task_names_the_mismatch(trained, tmp_path):
+    run, _ = trained
+    proc = run_cli("robot-rl-eval", f"policy={run / 'policy'}", "task=push", f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(proc, "task: policy 'lift', env 'push'")
+
+
+def test_eval_names_a_missing_checkpoint_file(trained, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(trained[0] / "policy", ckpt)
+    (ckpt / "config.json").unlink()
+    proc = run_cli("robot-rl-eval", f"policy={ckpt}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(proc, f"checkpoint {ckpt} is missing config.json")
+
+
+def test_wilson_interval_matches_known_values():
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(0, 10)[1] == pytest.approx(0.2775, abs=1e-4)
+    assert wilson_interval(10, 10)[0] == pytest.approx(0.7225, abs=1e-4)
+    lo, hi = wilson_interval(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-4) and hi == pytest.approx(0.9433, abs=1e-4)
