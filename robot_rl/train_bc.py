@@ -27,8 +27,9 @@ import torch
 from robot_rl import checkpoint
 from robot_rl.run_dir import atomic_write_text, write_metrics
 
-# Changing any of these between a checkpoint and its resume would silently train another model.
-RESUME_KEYS = ("data", "task", "policy", "batch_size", "lr", "weight_decay", "warmup_steps", "seed")
+# Changing any of these between a checkpoint and its resume would silently train another model
+# (`steps` may grow: that extends the run).
+RESUME_KEYS = ("batch_size", "lr", "weight_decay", "warmup_steps", "seed")
 
 
 @dataclasses.dataclass
@@ -49,7 +50,16 @@ class BCConfig:
     eval_episodes: int = 50
     eval_seed: int = 1000  # evaluation episodes never share the training data's seeds
     videos: int = 2
+    final_eval: bool = True  # evaluate the final policy in sim (callers that evaluate it themselves turn it off)
     seed: int = 0
+
+
+def resume_config(cfg: "BCConfig", policy_cfg, task: str) -> dict:
+    """What a resumed run must share with its checkpoint, as JSON values (device and jit may change)."""
+    policy = {k: v for k, v in dataclasses.asdict(policy_cfg).items() if k not in ("device", "jit")}
+    out = {"data": str(Path(cfg.data).resolve()), "task": task, "policy": policy}
+    out.update({k: getattr(cfg, k) for k in RESUME_KEYS})
+    return json.loads(json.dumps(out))
 
 
 class ResumeMismatch(ValueError):
@@ -67,13 +77,13 @@ def lr_lambda(warmup: int, total: int):
 
 
 class BCWorkspace:
-    def __init__(self, run_dir: Path, cfg: BCConfig, policy_cfg, env, store, resume_config: dict):
+    def __init__(self, run_dir: Path, cfg: BCConfig, policy_cfg, env, store):
         from policies.diffusion.policy import DiffusionPolicy
         from robot_rl.data.sampler import SequenceSampler
 
         self.run_dir, self.cfg, self.env = Path(run_dir), cfg, env
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.resume_config = resume_config
+        self.resume_config = resume_config(cfg, policy_cfg, env.cfg.task)
         obs_dims = dict(env.obs_dims)
         keys = [f"obs/{k}" for k in obs_dims] + ["action"]
         self.sampler = SequenceSampler(store, obs_keys=keys[:-1], action_keys=("action",),
@@ -184,10 +194,12 @@ class BCWorkspace:
             if task is not None:
                 bar.update(task, completed=self.step)
         train_time = time.perf_counter() - t0
-        final = self.evaluate(videos=cfg.videos)
-        log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"]}, self.step,
-                    prefix="eval/")
         self.policy.save(self.run_dir / "policy")
+        final = None
+        if cfg.final_eval:
+            final = self.evaluate(videos=cfg.videos)
+            log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"]}, self.step,
+                        prefix="eval/")
         return {"final_eval": final, "train_time_s": train_time, "steps": self.step,
                 "final_loss": log.last("train/loss")}
 
@@ -210,11 +222,11 @@ def write_results(run_dir: Path, log, result: dict, extra: dict) -> None:
         "steps": result["steps"],
         "final_loss": result["final_loss"],
         "train_time_s": result["train_time_s"],
-        "success_rate": final["success_rate"],
-        "success_ci95": final["success_ci95"],
-        "eval": {k: v for k, v in final.items() if k != "episode_ids"},
-        "eval_episode_ids": final["episode_ids"],
         "history": log.history_json(),
     }
+    if final is not None:
+        metrics.update(success_rate=final["success_rate"], success_ci95=final["success_ci95"],
+                       eval={k: v for k, v in final.items() if k != "episode_ids"},
+                       eval_episode_ids=final["episode_ids"])
     write_metrics(run_dir, metrics)
     log.plot(run_dir / "curves.png", ["train/loss", "train/lr", "eval/success_rate"], title=f"BC {extra.get('task', '')}")

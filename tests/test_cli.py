@@ -31,15 +31,36 @@ def _compose(*overrides: str):
         return compose(config_name="quickstart", overrides=list(overrides))
 
 
-def test_quickstart_writes_metrics_and_config(tmp_path):
-    proc = _quickstart("episodes=4", "env.num_envs=4", tmp_path=tmp_path)
+TINY_BC = ["demos=6", "bc.steps=3", "bc.batch_size=16", "policy.dims=[16,32]", "policy.step_embed_dim=16",
+           "policy.pred_horizon=8", "policy.action_horizon=4", "policy.inference_steps=3"]
+
+
+def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
+    proc = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["episodes"] == 4
-    assert 0.0 <= metrics["success_rate"] <= 1.0
-    assert metrics["task"] == "lift" and metrics["backend"] == "mujoco"
-    assert (tmp_path / "config.yaml").is_file()
-    assert "success rate" in proc.stdout and str(tmp_path) in proc.stdout
+    stages = json.loads((tmp_path / "metrics.json").read_text())["stages"]
+    assert set(stages) == {"expert", "demos", "bc", "eval_bc"}
+    assert stages["expert"]["episodes"] == 4 and stages["expert"]["success_rate"] == 1.0
+    assert stages["demos"]["episodes"] == 6 and stages["bc"]["steps"] == 3
+    assert 0.0 <= stages["eval_bc"]["success_rate"] <= 1.0 and len(stages["eval_bc"]["videos"]) == 1
+    for path in ("config.yaml", "demos/episodes.zarr", "bc/policy/model.safetensors", "bc/curves.png",
+                 "eval_bc/videos/episode_0.mp4"):
+        assert (tmp_path / path).exists(), path
+    assert "scripted expert success rate" in proc.stdout and "diffusion BC success rate" in proc.stdout
+    assert str(tmp_path) in proc.stdout
+    policy_mtime = (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns
+    again = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, tmp_path=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("(reused)") == 2
+    assert (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns == policy_mtime
+
+
+def test_quickstart_stage_prefix_evaluates_only_the_expert(tmp_path):
+    proc = _quickstart("stages=[expert]", "episodes=4", "env.num_envs=4", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(json.loads((tmp_path / "metrics.json").read_text())["stages"]) == ["expert"]
+    bad = _quickstart("stages=[bc]", tmp_path=tmp_path / "bad")
+    assert bad.returncode == 2 and "must be a prefix of" in bad.stderr
 
 
 def test_unknown_backend_exits_2_naming_valid_backends(tmp_path):

@@ -1,8 +1,10 @@
-"""robot-rl-quickstart: build an env from the Hydra config and evaluate the scripted expert on it.
+"""robot-rl-quickstart: the stack on one task in one command (stages in robot_rl/quickstart.py).
 
-    robot-rl-quickstart task=push env.backend=mjx env.num_envs=8 episodes=20 randomization=sim2real
+    robot-rl-quickstart                         # lift: expert -> 100 noisy demos -> diffusion BC -> evaluation
+    robot-rl-quickstart task=push bc.steps=3000 name=push
+    robot-rl-quickstart stages=[expert]         # only evaluate the scripted expert
 
-Writes runs/quickstart/<timestamp>-<name>/{config.yaml, metrics.json}.
+Writes runs/quickstart/<name>/ (rerun: finished stages are reused; force=true redoes them).
 """
 
 from __future__ import annotations
@@ -12,62 +14,120 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from robot_rl.cli.common import env_config, fail, make_env, number, progress_bar, whole
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from robot_rl.cli.common import env_config, fail, make_env, number, progress_bar, set_torch_threads, whole
+from robot_rl.cli.train_bc import bc_config, open_store, policy_config
+from robot_rl.run_dir import current_run_dir, write_config
 
 
-def _evaluate(env, expert, episodes: int, seed: int) -> dict:
-    from sim.experts import run_episodes
+def _check(cfg: DictConfig):
+    from robot_rl.quickstart import STAGES
 
-    with progress_bar() as bar:
-        task = bar.add_task(f"{env.cfg.task} expert", total=episodes)
-        return run_episodes(env, expert, episodes, seed=seed, progress=lambda n: bar.advance(task, n))
+    env_cfg = env_config(cfg.env)
+    stages = list(cfg.stages)
+    if not stages or stages != list(STAGES[: len(stages)]):
+        fail(f"stages={stages} must be a prefix of {list(STAGES)}")
+    for k in ("episodes", "demos"):
+        whole(k, cfg[k], 1)
+    for k in ("eval_seed", "seed", "videos", "torch_threads"):
+        whole(k, cfg[k], 0)
+    if cfg.videos > env_cfg.num_envs:
+        fail(f"videos={cfg.videos} must be <= env.num_envs={env_cfg.num_envs}")
+    number("expert_noise", cfg.expert_noise)
+    number("demo_noise", cfg.demo_noise)
+    return env_cfg, stages
 
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="quickstart")
 def main(cfg: DictConfig) -> None:
-    t0 = time.perf_counter()
-    env_cfg = env_config(cfg.env)
-    episodes = whole("episodes", cfg.episodes, 1)
-    noise = number("expert_noise", cfg.expert_noise)
-
+    env_cfg, stages = _check(cfg)
+    policy_cfg = policy_config(cfg.policy) if "bc" in stages else None
     run_dir = current_run_dir()
+    demos_path = run_dir / "demos" / "episodes.zarr"
+    bc_cfg = bc_config(cfg.bc, env_cfg, str(demos_path), where="bc.") if "bc" in stages else None
+    set_torch_threads(int(cfg.torch_threads))
     write_config(run_dir, cfg)
 
-    from sim.experts import make_expert
+    from policies.expert import ExpertPolicy
+    from robot_rl.evaluation import evaluate_policy
+    from robot_rl.quickstart import Pipeline, StageFailed
 
+    t0 = time.perf_counter()
     env = make_env(env_cfg)
     try:
-        try:
-            expert = make_expert(env, noise=noise, seed=int(cfg.seed))
-        except ValueError as e:  # no expert for this task, or an action space experts cannot drive
-            fail(str(e))
-        t_eval = time.perf_counter()
-        result = _evaluate(env, expert, episodes, int(cfg.seed))
-        t_end = time.perf_counter()
+        with progress_bar() as bar:
+            def evaluate(policy, label, out, videos=0):
+                task = bar.add_task(f"{label}: evaluate", total=int(cfg.episodes))
+                return evaluate_policy(env, policy, int(cfg.episodes), seed=int(cfg.eval_seed), videos=videos,
+                                       video_dir=out / "videos", progress=lambda n: bar.advance(task, n))
+
+            def expert(out):
+                try:
+                    pol = ExpertPolicy(env, noise=float(cfg.expert_noise), seed=int(cfg.seed))
+                except ValueError as e:  # no expert for this task, or an action space experts cannot drive
+                    raise StageFailed(str(e)) from None
+                return summary(evaluate(pol, "expert", out))
+
+            def demos(out):
+                from robot_rl.data import EpisodeStore
+                from robot_rl.data.collect import collect
+
+                task = bar.add_task("demos: record", total=int(cfg.demos))
+                with EpisodeStore.open(demos_path, mode="a") as store:
+                    r = collect(env, ExpertPolicy(env, noise=float(cfg.demo_noise), seed=int(cfg.seed)).expert,
+                                store, int(cfg.demos), seed=int(cfg.seed), source="expert",
+                                metadata={"expert_noise": float(cfg.demo_noise)}, progress=lambda n: bar.advance(task, n))
+                return {"store": str(demos_path), "noise": float(cfg.demo_noise), **r}
+
+            def bc(out):
+                from robot_rl.run_log import RunLog
+                from robot_rl.train_bc import BCWorkspace, write_results
+
+                store = open_store(str(demos_path), env_cfg, env.obs_dims)
+                ws = BCWorkspace(out, bc_cfg, policy_cfg, env, store)
+                log = RunLog(out)
+                result = ws.run(log, bar)
+                write_results(out, log, result, {"task": env_cfg.task, "data": str(demos_path),
+                                                 "episodes": store.n_episodes})
+                log.close()
+                store.close()
+                return {"policy": str(out / "policy"), "steps": result["steps"], "final_loss": result["final_loss"],
+                        "train_time_s": result["train_time_s"]}
+
+            def eval_bc(out):
+                from policies import load_policy
+
+                policy = load_policy(run_dir / "bc" / "policy")
+                return summary(evaluate(policy, "BC policy", out, videos=int(cfg.videos)))
+
+            pipe = Pipeline(run_dir, force=bool(cfg.force))
+            for name, fn in (("expert", expert), ("demos", demos), ("bc", bc), ("eval_bc", eval_bc)):
+                if name in stages:
+                    pipe.stage(name, fn)
+    except StageFailed as e:
+        fail(str(e))
     finally:
         env.close()
+    _print(pipe.results, env_cfg, time.perf_counter() - t0, run_dir)
 
-    metrics = {
-        "task": env_cfg.task,
-        "backend": env_cfg.backend,
-        "num_envs": env_cfg.num_envs,
-        "episodes": result["episodes"],
-        "success_rate": result["success_rate"],
-        "mean_return": result["mean_return"],
-        "mean_length": result["mean_length"],
-        "expert_noise": noise,
-        "seed": int(cfg.seed),
-        "wall_time_s": t_end - t0,  # config + env build (incl. any JIT compile) + evaluation
-        "eval_time_s": t_end - t_eval,
-    }
-    write_metrics(run_dir, metrics)
-    print(
-        f"{env_cfg.task} / {env_cfg.backend}: expert success rate {result['success_rate']:.3f} "
-        f"over {result['episodes']} episodes (mean return {result['mean_return']:.2f}, "
-        f"mean length {result['mean_length']:.1f} steps)"
-    )
-    print(f"run dir: {run_dir}")
+
+def summary(m: dict) -> dict:
+    return {k: m[k] for k in ("episodes", "success_rate", "success_ci95", "mean_return", "mean_length", "seed")} | \
+        ({"videos": m["videos"]} if "videos" in m else {})
+
+
+def _print(results: dict, env_cfg, wall: float, run_dir) -> None:
+    task = f"{env_cfg.task} / {env_cfg.backend}"
+    for name, label in (("expert", "scripted expert"), ("eval_bc", "diffusion BC")):
+        if name in results:
+            r = results[name]
+            lo, hi = r["success_ci95"]
+            reused = " (reused)" if r.get("reused") else ""
+            print(f"{task}: {label} success rate {r['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over "
+                  f"{r['episodes']} episodes{reused}")
+    if "demos" in results:
+        d = results["demos"]
+        print(f"demos: {d['episodes']} episodes, {d['steps']} steps, noise {d['noise']}, success {d['success_rate']:.2f}")
+    print(f"wall time {wall:.0f} s; run dir: {run_dir}")
 
 
 if __name__ == "__main__":

@@ -19,36 +19,51 @@ from robot_rl.cli.common import env_config, fail, make_env, progress_bar, set_to
 from robot_rl.run_dir import current_run_dir, write_config
 
 
-def _configs(cfg: DictConfig):
+def policy_config(node):
+    """Validated DiffusionConfig from a `policy` node."""
     from policies.diffusion.policy import DiffusionConfig
-    from robot_rl.train_bc import BCConfig
 
-    env_cfg = env_config(cfg.env)
-    pol = OmegaConf.to_container(cfg.policy, resolve=True)
+    pol = OmegaConf.to_container(node, resolve=True)
     if pol.pop("kind", "diffusion") != "diffusion":
-        fail(f"policy.kind={cfg.policy.kind!r}: robot-rl-train-bc trains kind 'diffusion'")
+        fail(f"policy.kind={node.kind!r}: BC trains kind 'diffusion'")
     try:
-        policy_cfg = DiffusionConfig.from_dict(pol)
+        return DiffusionConfig.from_dict(pol)
     except (TypeError, ValueError) as e:
         fail(str(e))
-    if cfg.data is None or not isinstance(cfg.data, str):
-        fail("data=PATH must name an episode store (robot-rl-collect out=PATH writes one)")
-    fields = {f.name for f in dataclasses.fields(BCConfig)}
-    values = {k: cfg[k] for k in fields if k in cfg}
+
+
+def bc_config(node, env_cfg, data, where: str = ""):
+    """Validated BCConfig from a node holding its fields (`where` prefixes key names in errors)."""
+    from robot_rl.train_bc import BCConfig
+
+    fields = {f.name for f in dataclasses.fields(BCConfig)} - {"data"}
+    values = {k: node[k] for k in fields if k in node}
     for k in ("steps", "batch_size", "log_every", "ckpt_every", "keep_checkpoints", "eval_episodes"):
-        whole(k, values[k], 1)
+        whole(where + k, values[k], 1)
     for k in ("warmup_steps", "eval_every", "videos", "seed", "eval_seed"):
-        whole(k, values[k], 0)
+        whole(where + k, values[k], 0)
     if values["videos"] > env_cfg.num_envs:
-        fail(f"videos={values['videos']} must be <= env.num_envs={env_cfg.num_envs}")
+        fail(f"{where}videos={values['videos']} must be <= env.num_envs={env_cfg.num_envs}")
     for k in ("lr", "grad_clip"):
         if not (isinstance(values[k], (int, float)) and values[k] > 0):
-            fail(f"{k}={values[k]!r} must be a number > 0")
+            fail(f"{where}{k}={values[k]!r} must be a number > 0")
+    if not isinstance(values.get("final_eval", True), bool):
+        fail(f"{where}final_eval={values['final_eval']!r} must be true or false")
+    if data is None or not isinstance(data, str):
+        fail("data=PATH must name an episode store (robot-rl-collect out=PATH writes one)")
+    return BCConfig(data=data, **values)
+
+
+def _configs(cfg: DictConfig):
+    env_cfg = env_config(cfg.env)
+    policy_cfg = policy_config(cfg.policy)
+    bc_cfg = bc_config(cfg, env_cfg, cfg.data)
     whole("torch_threads", cfg.torch_threads, 0)
-    return env_cfg, policy_cfg, BCConfig(**values)
+    return env_cfg, policy_cfg, bc_cfg
 
 
-def _open_store(path: str, env_cfg, obs_dims: dict):
+def open_store(path: str, env_cfg, obs_dims: dict):
+    """The episode store at `path`, checked to hold `env_cfg.task`'s episodes with the keys the policy reads."""
     from robot_rl.data import EpisodeStore, StoreError
 
     try:
@@ -79,15 +94,12 @@ def main(cfg: DictConfig) -> None:
 
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.run_log import RunLog
-    from robot_rl.train_bc import RESUME_KEYS, BCWorkspace, ResumeMismatch, write_results
+    from robot_rl.train_bc import BCWorkspace, ResumeMismatch, write_results
 
     env = make_env(env_cfg)
     try:
-        store = _open_store(bc_cfg.data, env_cfg, env.obs_dims)
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        resolved["task"] = env_cfg.task
-        resume_config = {k: resolved.get(k) for k in RESUME_KEYS}
-        ws = BCWorkspace(run_dir, bc_cfg, policy_cfg, env, store, resume_config)
+        store = open_store(bc_cfg.data, env_cfg, env.obs_dims)
+        ws = BCWorkspace(run_dir, bc_cfg, policy_cfg, env, store)
         try:
             resumed = ws.try_resume()
         except (ResumeMismatch, CheckpointError) as e:
@@ -112,9 +124,12 @@ def main(cfg: DictConfig) -> None:
     finally:
         env.close()
     final = result["final_eval"]
-    lo, hi = final["success_ci95"]
-    print(f"{env_cfg.task}: BC success {final['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over "
-          f"{final['episodes']} episodes after {result['steps']} steps ({result['train_time_s']:.0f} s)")
+    done = f"{env_cfg.task}: trained {result['steps']} steps ({result['train_time_s']:.0f} s)"
+    if final is not None:
+        lo, hi = final["success_ci95"]
+        done += (f"; BC success {final['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over "
+                 f"{final['episodes']} episodes")
+    print(done)
     print(f"policy: {run_dir / 'policy'}")
     print(f"run dir: {run_dir}")
 

@@ -1,0 +1,60 @@
+"""The quickstart pipeline: scripted expert -> noisy demonstrations -> diffusion BC -> evaluation.
+
+Each stage writes into its own folder of the run directory and, when it finished, a `done.json` with its
+results; a rerun in the same run directory reuses finished stages (`force=true` redoes them). A stage
+that fails stops the pipeline with its message and leaves the earlier stages' outputs in place.
+
+    <run>/expert/metrics.json       the scripted expert's success (the ceiling)
+    <run>/demos/episodes.zarr       noisy expert demonstrations (episode store)
+    <run>/bc/                       the BC training run (policy/, checkpoints/, tb/, curves.png, videos/)
+    <run>/eval_bc/metrics.json      the BC policy, evaluated on held-out seeds, and its videos
+    <run>/metrics.json              every stage's summary
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from robot_rl.run_dir import atomic_write_text, write_metrics
+
+STAGES = ("expert", "demos", "bc", "eval_bc")
+
+
+class StageFailed(RuntimeError):
+    """A stage could not finish; earlier stages' outputs are kept."""
+
+
+class Pipeline:
+    def __init__(self, run_dir: Path, force: bool = False, bar=None):
+        self.run_dir, self.force, self.bar = Path(run_dir), force, bar
+        self.results: dict[str, dict] = {}
+
+    def stage(self, name: str, fn: Callable[[Path], dict]) -> dict:
+        """Run fn(stage_dir) -> summary unless the stage finished before; record its summary."""
+        out = self.run_dir / name
+        done = out / "done.json"
+        if done.is_file() and not self.force:
+            result = json.loads(done.read_text())
+            result["reused"] = True
+        else:
+            if out.exists():
+                shutil.rmtree(out)
+            out.mkdir(parents=True)
+            t0 = time.perf_counter()
+            try:
+                result = fn(out)
+            except StageFailed:
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure becomes one message naming the stage
+                raise StageFailed(f"stage {name!r} failed: {type(e).__name__}: {e} (outputs of earlier stages are "
+                                  f"kept in {self.run_dir})") from e
+            result["stage_time_s"] = time.perf_counter() - t0
+            atomic_write_text(done, json.dumps(result, indent=2) + "\n")
+            result["reused"] = False
+        self.results[name] = result
+        write_metrics(self.run_dir, {"stages": self.results})
+        return result
