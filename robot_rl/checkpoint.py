@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.atomic import fsync_dir
+
 TENSORS = "model.safetensors"
 CONFIG = "config.json"
 
@@ -75,8 +77,8 @@ def save(path: str | Path, tensors: dict, config: dict) -> Path:
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / TENSORS))
         (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         for name in (TENSORS, CONFIG):
-            _fsync(tmp / name)
-        _fsync(tmp)
+            fsync_dir(tmp / name)
+        fsync_dir(tmp)
         if path.exists():
             # Two renames: the old checkpoint stays complete until the new one is in place.
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
@@ -85,7 +87,7 @@ def save(path: str | Path, tensors: dict, config: dict) -> Path:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, path)
-        _fsync(path.parent)
+        fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -116,11 +118,3 @@ def load(path: str | Path, device: str = "cpu") -> tuple[dict, dict]:
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint file {path / TENSORS} is corrupted ({e})") from None
     return tensors, config
-
-
-def _fsync(p: Path) -> None:
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

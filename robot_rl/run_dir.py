@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from robot_rl.atomic import atomic_write_text
 
 
 def current_run_dir() -> Path:
@@ -28,23 +28,3 @@ def write_config(run_dir: Path, cfg: Any) -> Path:
 def write_metrics(run_dir: Path, metrics: dict) -> Path:
     """Write run_dir/metrics.json atomically, so a reader never sees a half-written file."""
     return atomic_write_text(Path(run_dir) / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write text to a temp file in the same directory, fsync, then os.replace onto `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from robot_rl import checkpoint
-from robot_rl.run_dir import atomic_write_text, write_metrics
+from robot_rl.atomic import atomic_write_text
+from robot_rl.run_dir import write_metrics
 
 # Changing any of these between a checkpoint and its resume would silently train another model
 # (`steps` may grow: that extends the run).

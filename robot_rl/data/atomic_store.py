@@ -11,50 +11,14 @@ written pages belong to the kernel, not the process.
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from pathlib import Path
 
+from robot_rl.atomic import atomic_put
 from zarr.storage import LocalStore
 
 # Temp files end in one of these; a writer sweeps leftovers of killed writers when it opens a store
 # (".partial" is what zarr 3.1's own LocalStore leaves behind).
 TMP_SUFFIXES = (".tmp", ".partial")
-
-
-def atomic_put(path: Path, data, *, fsync: bool = False, exclusive: bool = False) -> None:
-    """Write bytes-like `data` to `path` so readers see the old file or the new one, nothing between."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    # os.open with 0o666 so the umask applies as for any other file (mkstemp would force 0600).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        if exclusive:
-            os.link(tmp, path)  # FileExistsError if another writer got there first
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-        if fsync:
-            fsync_dir(path.parent)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class AtomicLocalStore(LocalStore):
