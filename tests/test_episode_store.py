@@ -147,15 +147,19 @@ def test_sigkilled_writer_never_loses_a_committed_episode(tmp_path):
     torn = 0  # kills that landed inside a commit
     for it in range(12):
         proc = _spawn("write", str(path))
+        seen = ""
         if it % 4 == 3:  # sometimes kill during start-up / open / repair
             time.sleep(rng.uniform(0.0, 0.6))
         else:
             assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+            if it % 4 == 1:  # wait for a commit first, so progress is made however slow the machine is
+                seen = proc.stdout.readline()
+                assert seen.startswith("committed"), (seen, proc.stderr.read())
             time.sleep(rng.uniform(0.02, 0.3))
         os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         assert proc.returncode == -signal.SIGKILL, err
-        reported = [int(line.split()[1]) for line in out.splitlines() if line.startswith("committed")]
+        reported = [int(line.split()[1]) for line in (seen + out).splitlines() if line.startswith("committed")]
         reported_n = reported[-1] if reported else committed
 
         store = EpisodeStore.open(path)  # a reader: no repair has happened yet
