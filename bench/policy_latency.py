@@ -46,15 +46,18 @@ def naive_chunk(policy, obs):
     return policy.normalizer.unnormalize("action", x)[:, : policy.cfg.action_horizon]
 
 
-def _times(fn, n: int) -> np.ndarray:
+def _times(fn, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Wall-clock and CPU (this thread) milliseconds per call. With 1 torch thread all work runs in the
+    calling thread, so CPU time is what the call costs when the machine is not shared."""
     for _ in range(5):
         fn()
-    out = []
+    wall, cpu = [], []
     for _ in range(n):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         fn()
-        out.append(time.perf_counter() - t)
-    return np.array(out) * 1e3
+        cpu.append(time.thread_time() - c)
+        wall.append(time.perf_counter() - t)
+    return np.array(wall) * 1e3, np.array(cpu) * 1e3
 
 
 def main() -> None:
@@ -71,17 +74,21 @@ def main() -> None:
     obs1 = {k: rng.normal(size=(1, policy.cfg.obs_horizon, d)).astype(np.float32) for k, d in policy.spec.obs_dims.items()}
     obs64 = {k: rng.normal(size=(64, policy.cfg.obs_horizon, d)).astype(np.float32) for k, d in policy.spec.obs_dims.items()}
     n = 50 if args.quick else 300
-    ours = _times(lambda: policy.act(obs1), n)
-    naive = _times(lambda: naive_chunk(policy, obs1), max(20, n // 3))
-    b64 = _times(lambda: policy.act(obs64), max(10, n // 10))
+    ours, ours_cpu = _times(lambda: policy.act(obs1), n)
+    naive, naive_cpu = _times(lambda: naive_chunk(policy, obs1), max(20, n // 3))
+    b64, _ = _times(lambda: policy.act(obs64), max(10, n // 10))
+    load = os.getloadavg()[0]
     params = sum(p.numel() for p in policy.ema.model.parameters())
-    print(f"batch 1:  p50 {np.median(ours):.2f} ms  p99 {np.percentile(ours, 99):.2f} ms   "
-          f"(reference path p50 {np.median(naive):.2f} ms)")
+    print(f"batch 1:  p50 {np.median(ours):.2f} ms  p99 {np.percentile(ours, 99):.2f} ms  (CPU p50 "
+          f"{np.median(ours_cpu):.2f} ms)   reference path p50 {np.median(naive):.2f} ms (CPU {np.median(naive_cpu):.2f})"
+          f"   load average {load:.1f} on {os.cpu_count()} cores")
     print(f"batch 64: {1e3 / np.median(b64):.1f} chunks/s ({64e3 / np.median(b64):.0f} chunks of {policy.cfg.action_horizon} actions per s)")
     summary = {
         "p50_ms": round(float(np.median(ours)), 2),
         "p99_ms": round(float(np.percentile(ours, 99)), 2),
+        "p50_cpu_ms": round(float(np.median(ours_cpu)), 2),
         "naive_p50_ms": round(float(np.median(naive)), 2),
+        "naive_p50_cpu_ms": round(float(np.median(naive_cpu)), 2),
         "speedup_vs_naive": round(float(np.median(naive) / np.median(ours)), 2),
         "batch64_ms": round(float(np.median(b64)), 2),
         "batch64_chunks_per_s": round(64e3 / float(np.median(b64)), 1),
@@ -90,6 +97,7 @@ def main() -> None:
         "params": params,
         "threads": args.threads,
         "cores": os.cpu_count(),
+        "load_average": round(load, 2),
         "machine": platform.machine(),
         "quick": args.quick,
     }
