@@ -88,7 +88,10 @@ def bench_mjx(task: str, n: int, seconds: float) -> dict:
 
     env_s = _timed(env_step, seconds)
     k = env.cfg.substeps
-    raw_fn = jax.jit(jax.vmap(lambda d: jax.lax.fori_loop(0, k, lambda _, x: mjx.step(e.model, x), d)))
+    # Same XLA options as the env (on CPU: the legacy fusion emitter, see sim/backends/mjx.py), so the ratio
+    # compares our env code with raw physics, not two compilers.
+    raw_fn = jax.jit(jax.vmap(lambda d: jax.lax.fori_loop(0, k, lambda _, x: mjx.step(e.model, x), d)),
+                     compiler_options=e.compiler_options)
     data = box[0].data
     t = time.perf_counter()
     raw = raw_fn.lower(data).compile()
