@@ -1,0 +1,1 @@
+"""Console scripts of the deployment side: robot-rl-deploy, robot-rl-sim-driver."""

@@ -1,0 +1,313 @@
+"""Deployment configuration (the `deploy` Hydra group): one dataclass tree, validated before anything starts.
+
+`deploy_config(mapping)` builds it from the `deploy` node (unknown keys are named), checks every value,
+and `check_against_model(cfg, model_joints)` refuses joint names the robot model does not have and
+command joints without limits, naming them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from real.transport import TRANSPORTS, check_topic_name
+
+COMMAND_TYPES = ("position_array", "joint_trajectory")  # std_msgs/Float64MultiArray | trajectory_msgs/JointTrajectory
+BLENDING_MODES = ("none", "temporal_ensemble", "crossfade")
+INTERPOLATIONS = ("hold", "linear")
+WORKERS = ("process", "thread")
+
+
+class DeployConfigError(ValueError):
+    """A deployment config value is invalid; the message names the key and the fix."""
+
+
+@dataclasses.dataclass
+class JointLimit:
+    lower: float  # rad (m for the fingers): commands never leave [lower, upper]
+    upper: float
+    velocity: float  # rad/s (m/s): largest change of the command per second (per tick: velocity / rate_hz)
+    max_step: float  # rad (m): largest gap between the command and the measured position
+
+
+@dataclasses.dataclass
+class Topics:
+    joint_states: str = "/joint_states"  # sensor_msgs/JointState in
+    position_commands: str = "/forward_position_controller/commands"  # std_msgs/Float64MultiArray out
+    trajectory_commands: str = "/joint_trajectory_controller/joint_trajectory"  # trajectory_msgs/JointTrajectory out
+    estop: str = "/robot_rl/estop"  # std_msgs/Bool in: true latches a stop
+    reset: str = "/robot_rl/reset"  # std_msgs/Empty in: clears a latched stop
+    teleop: str = "/robot_rl/teleop"  # std_msgs/Float64MultiArray in: a human's action (take-over)
+    object_pose: str = "/robot_rl/object_pose"  # geometry_msgs/PoseStamped in: perception (task object)
+    episode: str = "/robot_rl/episode"  # std_msgs/String in: JSON episode start/end events
+    status: str = "/robot_rl/status"  # std_msgs/String out: JSON node status
+    cameras: dict[str, str] = dataclasses.field(default_factory=dict)  # camera -> sensor_msgs/Image topic
+
+
+@dataclasses.dataclass
+class Watchdog:
+    hold_after_s: float = 0.05  # joint states older than this: hold the last command, pause the policy
+    stop_after_s: float = 0.5  # older than this: latched stop (needs a reset)
+    object_timeout_s: float = 0.25  # object pose older than this: hold (perception is slower than joints)
+
+
+@dataclasses.dataclass
+class Blending:
+    mode: str = "none"  # none | temporal_ensemble | crossfade
+    ensemble_k: float = 0.01  # temporal_ensemble: weight exp(-k * i) of the i-th oldest prediction (ACT)
+    crossfade_steps: int = 3  # crossfade: policy steps over which a new chunk takes over from the old one
+    lead_steps: int = 1  # request the next chunk this many steps (plus measured latency) before the queue ends
+
+
+@dataclasses.dataclass
+class Inference:
+    worker: str = "process"  # process (no GIL shared with the control loop) | thread (tests)
+    nice: int = 0  # process worker niceness (the real-time loop preempts it anyway; raise it without realtime_priority)
+    realtime_priority: int = 0  # SCHED_FIFO priority of the process worker (0: normal), below the loop's
+    torch_threads: int = 1  # intra-op threads of the worker's torch
+
+
+@dataclasses.dataclass
+class DeployConfig:
+    transport: str = "dds"  # dds (Cyclone DDS, no ROS needed) | rclpy (ROS 2 installed)
+    domain_id: int = 0  # DDS domain (ROS_DOMAIN_ID)
+    loopback: bool = True  # dds: pin Cyclone DDS to 127.0.0.1, no multicast (dry runs, CI)
+    node_name: str = "robot_rl_deploy"
+    rate_hz: float = 100.0  # control ticks per second; a whole multiple of the policy's control_hz
+    realtime_priority: int = 50  # SCHED_FIFO priority of the loop thread (0: normal scheduling); see real/realtime.py
+    phase_lock: bool = True  # shift ticks to just after joint-state arrivals when both run at the same rate
+    phase_margin_s: float = 0.0005  # tick this long after the expected joint-state arrival
+    command_type: str = "position_array"  # position_array | joint_trajectory
+    trajectory_time_s: float = 0.01  # joint_trajectory: time_from_start of the single point
+    joints: list[str] = dataclasses.field(default_factory=list)  # joint order on the wire (commands, state)
+    limits: dict[str, JointLimit] = dataclasses.field(default_factory=dict)
+    limits_file: str | None = None  # YAML {joint: {lower, upper, velocity, max_step}} replacing `limits`
+    workspace_low: tuple[float, float, float] = (0.2, -0.4, 0.0)  # m, end-effector bounds of commands
+    workspace_high: tuple[float, float, float] = (0.8, 0.4, 0.5)
+    interpolation: str = "hold"  # hold (the policy step's target, as sim) | linear (ramp over the step)
+    # The sim backends read frame sensors (end-effector frame, joint anchors) one physics step before qpos, so
+    # policies trained there see, and their ee_delta IK starts from, the end effector of physics_dt ago; the
+    # node reproduces it by evaluating those sensors at q - qd * sensor_lag_s (0: current joint positions).
+    sensor_lag_s: float = 0.0
+    teleop_timeout_s: float = 0.2  # a human is in control while teleop messages are younger than this
+    task_target: list[float] | None = None  # task goal vector when episode events carry none
+    status_hz: float = 10.0
+    topics: Topics = dataclasses.field(default_factory=Topics)
+    watchdog: Watchdog = dataclasses.field(default_factory=Watchdog)
+    blending: Blending = dataclasses.field(default_factory=Blending)
+    inference: Inference = dataclasses.field(default_factory=Inference)
+
+    @property
+    def dt(self) -> float:
+        return 1.0 / self.rate_hz
+
+    @property
+    def command_topic(self) -> str:
+        return self.topics.position_commands if self.command_type == "position_array" else self.topics.trajectory_commands
+
+
+_SECTIONS = (Topics, Watchdog, Blending, Inference)
+
+
+def _build(cls, data: Any, where: str):
+    """Dataclass `cls` from a mapping, naming unknown keys and wrongly typed nodes."""
+    if not isinstance(data, dict):
+        raise DeployConfigError(f"{where} must be a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise DeployConfigError(f"unknown key(s) {unknown} in {where}; valid keys: {sorted(fields)}")
+    kw = {}
+    for k, v in data.items():
+        sub = fields[k].default_factory  # nested sections are the fields whose default is a section class
+        kw[k] = _build(sub, v, f"{where}.{k}") if sub in _SECTIONS else v
+    return cls(**kw)
+
+
+def _num(where: str, v, *, positive: bool = False, nonneg: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise DeployConfigError(f"{where}={v!r} must be a finite number")
+    if positive and v <= 0:
+        raise DeployConfigError(f"{where}={v!r} must be > 0")
+    if nonneg and v < 0:
+        raise DeployConfigError(f"{where}={v!r} must be >= 0")
+    return float(v)
+
+
+def _choice(where: str, v, options) -> str:
+    if v not in options:
+        raise DeployConfigError(f"{where}={v!r} is not valid; choose one of: {', '.join(options)}")
+    return v
+
+
+def load_limits_file(path: str) -> dict:
+    """The `limits` mapping of a limits YAML file (either {joint: {...}} or {limits: {joint: {...}}})."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise DeployConfigError(f"deploy.limits_file={path!r} does not exist; give the path of a limits YAML file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise DeployConfigError(f"deploy.limits_file={path!r} is not valid YAML ({e})") from None
+    if isinstance(data, dict) and set(data) == {"limits"}:
+        data = data["limits"]
+    if not isinstance(data, dict):
+        raise DeployConfigError(f"deploy.limits_file={path!r} must map joint names to {{lower, upper, velocity, max_step}}")
+    return data
+
+
+def deploy_config(data: Any) -> DeployConfig:
+    """Validated DeployConfig from the `deploy` node (dict or OmegaConf)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(data, DictConfig):
+        data = OmegaConf.create(dict(data or {}))  # also turns nested OmegaConf nodes into plain values below
+    data = OmegaConf.to_container(data, resolve=True)
+    limits_file = data.get("limits_file")
+    if limits_file in ("", None):
+        data["limits_file"] = None
+    else:
+        data["limits"] = load_limits_file(str(limits_file))
+    raw_limits = data.pop("limits", {}) or {}
+    cfg = _build(DeployConfig, data, "deploy")
+    if not isinstance(raw_limits, dict):
+        raise DeployConfigError("deploy.limits must map joint names to {lower, upper, velocity, max_step}")
+    limits = {}
+    for name, lim in raw_limits.items():
+        where = f"deploy.limits.{name}"
+        if not isinstance(lim, dict):
+            raise DeployConfigError(f"{where} must be a mapping {{lower, upper, velocity, max_step}}")
+        keys = {f.name for f in dataclasses.fields(JointLimit)}
+        if set(lim) != keys:
+            missing, extra = sorted(keys - set(lim)), sorted(set(lim) - keys)
+            raise DeployConfigError(
+                f"{where} must have exactly {sorted(keys)}" + (f"; missing {missing}" if missing else "")
+                + (f"; unknown {extra}" if extra else "")
+            )
+        lo, hi = _num(f"{where}.lower", lim["lower"]), _num(f"{where}.upper", lim["upper"])
+        if lo >= hi:
+            raise DeployConfigError(f"{where}: lower={lo} must be below upper={hi}")
+        limits[str(name)] = JointLimit(lo, hi, _num(f"{where}.velocity", lim["velocity"], positive=True),
+                                       _num(f"{where}.max_step", lim["max_step"], positive=True))
+    cfg.limits = limits
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: DeployConfig) -> None:
+    _choice("deploy.transport", cfg.transport, TRANSPORTS)
+    _choice("deploy.command_type", cfg.command_type, COMMAND_TYPES)
+    _choice("deploy.interpolation", cfg.interpolation, INTERPOLATIONS)
+    _choice("deploy.blending.mode", cfg.blending.mode, BLENDING_MODES)
+    _choice("deploy.inference.worker", cfg.inference.worker, WORKERS)
+    if not (isinstance(cfg.domain_id, int) and 0 <= cfg.domain_id <= 232):
+        raise DeployConfigError(f"deploy.domain_id={cfg.domain_id!r} must be a whole number in [0, 232]")
+    for name in ("loopback", "phase_lock"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise DeployConfigError(f"deploy.{name}={getattr(cfg, name)!r} must be true or false")
+    _num("deploy.rate_hz", cfg.rate_hz, positive=True)
+    if not (isinstance(cfg.realtime_priority, int) and not isinstance(cfg.realtime_priority, bool)
+            and 0 <= cfg.realtime_priority <= 99):
+        raise DeployConfigError(f"deploy.realtime_priority={cfg.realtime_priority!r} must be a whole number in [0, 99] (0: off)")
+    _num("deploy.phase_margin_s", cfg.phase_margin_s, nonneg=True)
+    if cfg.phase_margin_s >= cfg.dt / 2:
+        raise DeployConfigError(f"deploy.phase_margin_s={cfg.phase_margin_s} must be below half a tick ({cfg.dt / 2:.4f} s)")
+    _num("deploy.trajectory_time_s", cfg.trajectory_time_s, positive=True)
+    _num("deploy.teleop_timeout_s", cfg.teleop_timeout_s, positive=True)
+    if _num("deploy.sensor_lag_s", cfg.sensor_lag_s, nonneg=True) > 0.05:
+        raise DeployConfigError(f"deploy.sensor_lag_s={cfg.sensor_lag_s} must be at most 0.05 s (sim's lag is one physics step)")
+    _num("deploy.status_hz", cfg.status_hz, positive=True)
+    w = cfg.watchdog
+    _num("deploy.watchdog.hold_after_s", w.hold_after_s, positive=True)
+    _num("deploy.watchdog.stop_after_s", w.stop_after_s, positive=True)
+    _num("deploy.watchdog.object_timeout_s", w.object_timeout_s, positive=True)
+    if w.stop_after_s <= w.hold_after_s:
+        raise DeployConfigError(
+            f"deploy.watchdog.stop_after_s={w.stop_after_s} must exceed hold_after_s={w.hold_after_s} (hold first, then stop)"
+        )
+    b = cfg.blending
+    _num("deploy.blending.ensemble_k", b.ensemble_k, nonneg=True)
+    for name in ("crossfade_steps", "lead_steps"):
+        v = getattr(b, name)
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise DeployConfigError(f"deploy.blending.{name}={v!r} must be a whole number >= 0")
+    if not (isinstance(cfg.inference.nice, int) and 0 <= cfg.inference.nice <= 19):
+        raise DeployConfigError(f"deploy.inference.nice={cfg.inference.nice!r} must be a whole number in [0, 19]")
+    rp = cfg.inference.realtime_priority
+    if not (isinstance(rp, int) and not isinstance(rp, bool) and 0 <= rp <= 99):
+        raise DeployConfigError(f"deploy.inference.realtime_priority={rp!r} must be a whole number in [0, 99] (0: off)")
+    if rp and cfg.realtime_priority and rp >= cfg.realtime_priority:
+        raise DeployConfigError(
+            f"deploy.inference.realtime_priority={rp} must be below deploy.realtime_priority={cfg.realtime_priority}: "
+            "the control loop must preempt inference"
+        )
+    if not (isinstance(cfg.inference.torch_threads, int) and cfg.inference.torch_threads >= 0):
+        raise DeployConfigError(f"deploy.inference.torch_threads={cfg.inference.torch_threads!r} must be >= 0")
+    for f in dataclasses.fields(Topics):
+        if f.name != "cameras":
+            check_topic_name_cfg(f"deploy.topics.{f.name}", getattr(cfg.topics, f.name))
+    if not isinstance(cfg.topics.cameras, dict):
+        raise DeployConfigError("deploy.topics.cameras must map camera names to sensor_msgs/Image topics")
+    for cam, topic in cfg.topics.cameras.items():
+        check_topic_name_cfg(f"deploy.topics.cameras.{cam}", topic)
+    try:
+        cfg.workspace_low = tuple(_num("deploy.workspace_low", float(v)) for v in cfg.workspace_low)
+        cfg.workspace_high = tuple(_num("deploy.workspace_high", float(v)) for v in cfg.workspace_high)
+    except (TypeError, ValueError) as e:
+        raise DeployConfigError(f"deploy.workspace_low/high must be [x, y, z] numbers ({e})") from None
+    if len(cfg.workspace_low) != 3 or len(cfg.workspace_high) != 3 or any(
+        lo >= hi for lo, hi in zip(cfg.workspace_low, cfg.workspace_high)
+    ):
+        raise DeployConfigError(
+            f"deploy.workspace_low={list(cfg.workspace_low)} must be 3 numbers each below workspace_high="
+            f"{list(cfg.workspace_high)}"
+        )
+    if not isinstance(cfg.joints, list) or not cfg.joints or not all(isinstance(j, str) for j in cfg.joints):
+        raise DeployConfigError("deploy.joints must list the robot's joint names in wire order")
+    dup = sorted({j for j in cfg.joints if cfg.joints.count(j) > 1})
+    if dup:
+        raise DeployConfigError(f"deploy.joints names {dup} more than once")
+    if cfg.task_target is not None:
+        cfg.task_target = [_num("deploy.task_target", v) for v in cfg.task_target]
+
+
+def check_topic_name_cfg(where: str, name) -> None:
+    try:
+        check_topic_name(name, where)
+    except ValueError as e:
+        raise DeployConfigError(str(e)) from None
+
+
+def check_against_model(cfg: DeployConfig, model_joints: dict[str, tuple[float, float]]) -> None:
+    """Refuse joints the model lacks and model joints without limits (or limits outside the model's range)."""
+    unknown = [j for j in cfg.joints if j not in model_joints]
+    unknown_lim = [j for j in cfg.limits if j not in model_joints]
+    if unknown or unknown_lim:
+        names = sorted(set(unknown) | set(unknown_lim))
+        raise DeployConfigError(
+            f"the deploy config names joint(s) {names} that the robot model does not have; model joints: "
+            f"{list(model_joints)}. Fix deploy.joints / deploy.limits"
+        )
+    missing = [j for j in model_joints if j not in cfg.joints]
+    if missing:
+        raise DeployConfigError(
+            f"deploy.joints lacks the model joint(s) {missing}; list every joint the policy commands: {list(model_joints)}"
+        )
+    no_limits = [j for j in cfg.joints if j not in cfg.limits]
+    if no_limits:
+        raise DeployConfigError(
+            f"no limits for joint(s) {no_limits}; add deploy.limits.<joint>: {{lower, upper, velocity, max_step}} "
+            "for each (or a limits_file that has them)"
+        )
+    for j in cfg.joints:
+        lo, hi = model_joints[j]
+        lim = cfg.limits[j]
+        if lim.lower < lo - 1e-9 or lim.upper > hi + 1e-9:
+            raise DeployConfigError(
+                f"deploy.limits.{j}=[{lim.lower}, {lim.upper}] reaches outside the model's range [{lo}, {hi}]; "
+                "limits may only narrow it"
+            )

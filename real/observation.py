@@ -1,0 +1,90 @@
+"""Observations on a real robot, assembled by the sim's own task code so the policy sees what it saw in sim.
+
+Joint positions and velocities (JointState) and the task object's pose (a perception topic) are written
+into the task's MuJoCo model (the same MJCF as sim/robot.py + the task's objects); MuJoCo's forward
+kinematics and position-stage sensors fill in the end-effector frame and the joint anchors/axes; then the
+task's `observe` runs on that `Phys`, exactly as in the sim backends. The same model gives the
+end-effector position of a command for the safety layer's workspace check, and `Phys` for the IK of
+ee_delta actions (sim/actions.py).
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from sim import robot
+from sim.task import Phys, neutral_params
+
+
+class ObservationModel:
+    def __init__(self, env, joints: list[str]):
+        """env: a MuJoCo-backend BatchedEnv of the task (only its model and task are used); joints: wire order."""
+        self.task = env.task
+        self.model: mujoco.MjModel = env.model
+        self.data = mujoco.MjData(self.model)
+        self._fk_data = mujoco.MjData(self.model)
+        m = self.model
+        self.qpos_adr = np.array([m.jnt_qposadr[m.joint(j).id] for j in joints])
+        self.dof_adr = np.array([m.jnt_dofadr[m.joint(j).id] for j in joints])
+        arm = [joints.index(j) for j in robot.ARM_JOINTS]
+        self.arm_in_cmd = np.array(arm)  # where the arm joints sit in a command vector
+        self.grip_site = m.site("grip_site").id
+        self.obj_adr = self.task.obj_qpos
+        self.params = neutral_params(np, (1,))
+        mujoco.mj_resetData(m, self.data)
+        mujoco.mj_resetData(m, self._fk_data)
+
+    @property
+    def obs_dims(self) -> dict[str, int]:
+        return self.task.obs_dims()
+
+    def object_pose_default(self) -> np.ndarray:
+        """The object's pose (pos 3, quat wxyz 4) in the model's default configuration."""
+        return self.model.qpos0[self.obj_adr : self.obj_adr + 7].copy()
+
+    def phys(self, q: np.ndarray, qd: np.ndarray, object_pose: np.ndarray | None, sensor_lag_s: float = 0.0) -> Phys:
+        """Phys (batch of 1) from joint positions/velocities [n] (wire order) and object pose [7] (pos, wxyz).
+
+        sensor_lag_s > 0 evaluates the frame sensors (end-effector frame, joint anchors and axes) at the
+        joint positions that long ago, q - qd * sensor_lag_s, as the sim backends do (see DeployConfig)."""
+        d, m = self.data, self.model
+        d.qpos[:] = m.qpos0
+        d.qvel[:] = 0.0
+        d.qpos[self.qpos_adr] = q - qd * sensor_lag_s if sensor_lag_s > 0 else q
+        d.qvel[self.dof_adr] = qd
+        if object_pose is not None:
+            d.qpos[self.obj_adr : self.obj_adr + 7] = object_pose
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_comPos(m, d)
+        mujoco.mj_sensorPos(m, d)
+        qpos = d.qpos.copy()
+        qpos[self.qpos_adr] = q
+        return Phys(qpos[None], d.qvel[None].copy(), d.sensordata[None].copy(), d.mocap_pos[None].copy())
+
+    def observe(self, phys: Phys, target: np.ndarray) -> dict[str, np.ndarray]:
+        """The task's observation dict, float32 [1, dim] per key (no noise: the robot brings its own)."""
+        obs = self.task.observe(np, phys, np.asarray(target, dtype=np.float64)[None], self.params)
+        return {k: v.astype(np.float32) for k, v in obs.items()}
+
+    def ee_pos(self, command: np.ndarray) -> np.ndarray:
+        """End-effector (grip site) position [3] of a command vector [n] in wire order."""
+        d = self._fk_data
+        d.qpos[self.qpos_adr[self.arm_in_cmd]] = command[self.arm_in_cmd]
+        mujoco.mj_kinematics(self.model, d)
+        return d.site_xpos[self.grip_site].copy()
+
+    def ee_yaw(self, command: np.ndarray) -> float:
+        """Gripper yaw (rad) of a command vector, as proprio's cos/sin pair encodes it (the site's x axis)."""
+        d = self._fk_data
+        d.qpos[self.qpos_adr[self.arm_in_cmd]] = command[self.arm_in_cmd]
+        mujoco.mj_kinematics(self.model, d)
+        x_axis = d.site_xmat[self.grip_site].reshape(3, 3)[:, 0]
+        return float(np.arctan2(x_axis[1], x_axis[0]))
+
+
+def ros_quat_to_mujoco(x: float, y: float, z: float, w: float) -> np.ndarray:
+    """ROS (x, y, z, w) -> MuJoCo (w, x, y, z), normalized."""
+    q = np.array([w, x, y, z], dtype=np.float64)
+    n = np.linalg.norm(q)
+    return q / n if n > 0 else np.array([1.0, 0.0, 0.0, 0.0])

@@ -1,0 +1,47 @@
+"""ros2 launch robot_rl deploy.launch.py policy:=/path/to/checkpoint [rate_hz:=100] [limits:=/path/limits.yaml] ...
+
+Starts the robot_rl control node (robot_rl_deploy) with the `ros2` deploy profile (rclpy transport). Every
+launch argument becomes a Hydra override of configs/deploy.yaml; `overrides` passes any others through,
+space-separated (e.g. overrides:="deploy.watchdog.stop_after_s=0.3 record.store=/data/run.zarr").
+"""
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+# launch argument, Hydra key, default, description
+ARGUMENTS = (
+    ("policy", "policy", "expert", "policy checkpoint directory (or 'expert', or module:function)"),
+    ("task", "task", "lift", "task the policy was trained on (configs/task/)"),
+    ("deploy", "deploy", "ros2", "deploy profile (configs/deploy/): transport, topics, limits, blending"),
+    ("rate_hz", "deploy.rate_hz", "100.0", "control rate (Hz), a whole multiple of the policy's control_hz"),
+    ("limits", "deploy.limits_file", "", "YAML of per-joint limits {joint: {lower, upper, velocity, max_step}} (empty: the profile's)"),
+    ("joint_states_topic", "deploy.topics.joint_states", "/joint_states", "sensor_msgs/JointState input"),
+    ("command_type", "deploy.command_type", "position_array", "position_array (forward_position_controller) | joint_trajectory"),
+    ("position_command_topic", "deploy.topics.position_commands", "/forward_position_controller/commands", "std_msgs/Float64MultiArray output"),
+    ("trajectory_command_topic", "deploy.topics.trajectory_commands", "/joint_trajectory_controller/joint_trajectory", "trajectory_msgs/JointTrajectory output"),
+    ("estop_topic", "deploy.topics.estop", "/robot_rl/estop", "std_msgs/Bool e-stop input (true latches a stop)"),
+    ("reset_topic", "deploy.topics.reset", "/robot_rl/reset", "std_msgs/Empty reset input (clears a latched stop)"),
+    ("object_pose_topic", "deploy.topics.object_pose", "/robot_rl/object_pose", "geometry_msgs/PoseStamped of the task object"),
+)
+
+
+def hydra_arguments():
+    """The node's command-line arguments: one `key=value` per launch argument, as substitution lists."""
+    args = [[f"{key}=", LaunchConfiguration(name)] for name, key, _, _ in ARGUMENTS]
+    args.append([LaunchConfiguration("overrides")])
+    return args
+
+
+def generate_launch_description():
+    declared = [DeclareLaunchArgument(name, default_value=default, description=desc) for name, _, default, desc in ARGUMENTS]
+    declared.append(DeclareLaunchArgument("overrides", default_value="", description="more Hydra overrides, space-separated"))
+    node = Node(
+        package="robot_rl",
+        executable="robot_rl_deploy",
+        name="robot_rl_deploy",
+        output="screen",
+        arguments=hydra_arguments(),
+    )
+    return LaunchDescription([*declared, node])

@@ -1,0 +1,413 @@
+"""The control node over real DDS: safety wiring end to end, take-over, observations, blending, the tick clock.
+
+The node and the simulated robot (real/sim_driver.py) run in threads of the test process as separate DDS
+participants on loopback, in a DDS domain and topic namespace of their own; the test talks to them over DDS
+like an operator would (e-stop, reset, teleop) and listens to the node's commands and status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import sys
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from real import messages as M
+from real.blending import ChunkBlender
+from real.config import Blending
+from real.qos import LATEST, RELIABLE
+from real.tick_clock import TickClock
+from tests.test_real_config import deploy_cfg, lift_env
+
+
+def topic_overrides(ns: str) -> list[str]:
+    names = ("joint_states", "position_commands", "trajectory_commands", "estop", "reset", "teleop", "object_pose",
+             "episode", "status")
+    return [f"deploy.topics.{n}=/{ns}/{n}" for n in names]
+
+
+class Rig:
+    """Sim driver + control node (threads) + an operator participant, on a private DDS domain and namespace."""
+
+    def __init__(self, tmp_path, policy: str = "expert", record: bool = False, extra: tuple = (), residual=None):
+        from real.inference import InferenceWorker
+        from real.node import ControlNode, bag_topics
+        from real.recording import DeploymentRecorder
+        from real.sim_driver import SimDriver
+        from real.transport_dds import DdsTransport
+
+        self.ns = "t" + uuid.uuid4().hex[:10]
+        domain = random.randint(1, 99)
+        _, self.cfg = deploy_cfg(
+            f"deploy.domain_id={domain}", "deploy.realtime_priority=0", "deploy.inference.realtime_priority=0",
+            "deploy.inference.worker=thread", "deploy.watchdog.hold_after_s=0.1", "deploy.watchdog.stop_after_s=0.5",
+            *topic_overrides(self.ns), *extra,
+        )
+        self.switch = sys.getswitchinterval()
+        self.env_node, self.env_driver = lift_env(), lift_env()
+        self.t_node = DdsTransport(domain, loopback=True)
+        self.t_driver = DdsTransport(domain, loopback=True)
+        self.t_op = DdsTransport(domain, loopback=True)
+        t = self.cfg.topics
+        self.status_sub = self.t_op.subscribe(t.status, M.String, LATEST)
+        self.cmd_sub = self.t_op.subscribe(t.position_commands, M.Float64MultiArray, RELIABLE)
+        self.estop = self.t_op.publisher(t.estop, M.Bool, LATEST)
+        self.reset = self.t_op.publisher(t.reset, M.Empty, LATEST)
+        self.states = self.t_op.publisher(t.joint_states, M.JointState, RELIABLE)
+        self.driver = SimDriver(self.env_driver, self.cfg, self.t_driver, episodes=1000, wait_for_node_s=60, log=lambda m: None)
+        self.worker = InferenceWorker(policy, dataclasses.asdict(self.env_node.cfg), mode="thread")
+        self.recorder = None
+        if record:
+            self.store = tmp_path / "deploy.zarr"
+            self.recorder = DeploymentRecorder(
+                store=self.store, bag=None, bag_topics=bag_topics(self.cfg), task="lift", instruction="lift the red cube",
+                obs_dims={k: (v,) for k, v in self.worker.spec.obs_dims.items()}, action_dim=self.worker.spec.action_dim,
+                policy_name=policy,
+            )
+        self.node = ControlNode(self.cfg, self.env_node, self.worker, self.t_node, recorder=self.recorder,
+                                residual=residual, policy_name=policy, log=lambda m: None)
+        self.statuses: list[dict] = []
+        self.commands: list[tuple[float, np.ndarray]] = []
+        self.errors: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._guard, args=(f,), daemon=True) for f in (self.driver.run, self.node.run)]
+        for th in self.threads:
+            th.start()
+
+    def _guard(self, fn):
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - surfaced by the test
+            self.errors.append(e)
+
+    def poll(self) -> None:
+        self.t_op.wait(0.01)
+        for m, t in self.status_sub.take():
+            self.statuses.append(json.loads(m.data))
+        for m, t in self.cmd_sub.take():
+            self.commands.append((t, np.asarray(m.data)))
+        assert not self.errors, self.errors
+
+    def wait_for(self, pred, timeout: float = 30.0, what: str = ""):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.poll()
+            if self.statuses and pred(self.statuses[-1]):
+                return self.statuses[-1]
+        raise AssertionError(f"timed out waiting for {what}; last status {self.statuses[-1:]}")
+
+    def close(self) -> None:
+        self.node.stopping = True
+        self.driver.stopping = True
+        for th in self.threads:
+            th.join(timeout=20)
+        if self.recorder is not None:
+            self.recorder.close()
+        self.worker.close()
+        for t in (self.t_op, self.t_driver, self.t_node):
+            t.close()
+        self.env_node.close()
+        self.env_driver.close()
+        sys.setswitchinterval(self.switch)
+
+
+@pytest.fixture()
+def rig_factory(tmp_path):
+    rigs = []
+
+    def make(**kw):
+        rigs.append(Rig(tmp_path, **kw))
+        return rigs[-1]
+
+    yield make
+    for r in rigs:
+        r.close()
+
+
+def running(s):
+    return s["mode"] == "running"
+
+
+def test_estop_topic_latches_a_stop_that_only_a_reset_after_release_clears(rig_factory):
+    rig = rig_factory()
+    rig.wait_for(running, what="the node to run an episode")
+    rig.estop.publish(M.Bool(data=True))
+    s = rig.wait_for(lambda s: s["mode"] == "stopped", what="the e-stop to latch")
+    assert s["stop_reason"] == "e-stop"
+    n_stopped = len(rig.commands)
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        rig.poll()
+    assert len(rig.commands) - n_stopped <= 1  # at most the final hold, then silence while stopped
+    rig.reset.publish(M.Empty())  # refused: the e-stop is still asserted
+    rig.wait_for(lambda s: s["counts"].get("refused_resets", 0) >= 1, what="the refused reset")
+    assert rig.statuses[-1]["mode"] == "stopped"
+    rig.estop.publish(M.Bool(data=False))
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        rig.poll()
+    assert rig.statuses[-1]["mode"] == "stopped"  # releasing the button alone clears nothing
+    rig.reset.publish(M.Empty())
+    rig.wait_for(running, what="the node to resume after the reset")
+    assert rig.statuses[-1]["safety"]["resets"] == 1
+
+
+def test_stale_joint_states_hold_position_then_stop(rig_factory):
+    rig = rig_factory()
+    rig.wait_for(running, what="the node to run an episode")
+    rig.driver.stopping = True  # the robot's joint states stop arriving
+    rig.wait_for(lambda s: s["mode"] == "stopped", what="the watchdog stop")
+    modes = [s["mode"] for s in rig.statuses]
+    assert "holding" in modes[modes.index("running"):]
+    assert "stale" in rig.statuses[-1]["stop_reason"]
+    assert rig.statuses[-1]["safety"]["stale_hold_ticks"] >= 1
+    # while holding, every command repeated the last one
+    holding_cmds = [c for _, c in rig.commands[-4:-1]]
+    for c in holding_cmds[1:]:
+        np.testing.assert_array_equal(c, holding_cmds[0])
+
+
+def test_malformed_joint_states_are_rejected_counted_and_never_commanded(rig_factory):
+    rig = rig_factory()
+    rig.wait_for(running, what="the node to run an episode")
+    names = list(rig.cfg.joints)
+    q = [0.0] * len(names)
+    bad = [
+        M.JointState(name=names[:-1] + ["wrist_extra"], position=q, velocity=q),
+        M.JointState(name=names, position=q[:-2], velocity=q),
+        M.JointState(name=names, position=[np.nan] + q[1:], velocity=q),
+        M.JointState(name=names, position=[np.inf] * len(q), velocity=q),
+    ]
+    for _ in range(5):
+        for m in bad:  # one at a time: the node reads joint states best effort, keep-last 5, like sensor data
+            rig.states.publish(m)
+            rig.poll()
+    s = rig.wait_for(lambda s: sum(v for k, v in s["safety"].items() if k.startswith("rejected_joint_state")) >= 20,
+                     what="the malformed joint states to be counted")
+    assert s["safety"]["rejected_joint_state_names"] == 5
+    assert s["safety"]["rejected_joint_state_count"] == 5
+    assert s["safety"]["rejected_joint_state_nonfinite"] == 10
+    assert s["mode"] == "running"
+    lo = np.array([rig.cfg.limits[j].lower for j in names])
+    hi = np.array([rig.cfg.limits[j].upper for j in names])
+    for _, c in rig.commands:
+        assert np.all(np.isfinite(c)) and np.all(c >= lo) and np.all(c <= hi)
+
+
+class RaisingPolicy:
+    """The scripted expert, until its fifth chunk: then it raises, as a crashing model would."""
+
+    def __new__(cls, env):
+        from policies.expert import ExpertPolicy
+
+        class _Raising(ExpertPolicy):
+            calls = 0
+
+            def act(self, obs_history):
+                type(self).calls += 1
+                if type(self).calls >= 5:
+                    raise RuntimeError("CUDA error: device-side assert triggered")
+                return super().act(obs_history)
+
+        return _Raising(env)
+
+
+def test_policy_exception_latches_a_safe_stop(rig_factory):
+    rig = rig_factory(policy="tests.test_real_node:RaisingPolicy")
+    s = rig.wait_for(lambda s: s["mode"] == "stopped", what="the policy fault to stop the node")
+    assert s["stop_reason"].startswith("policy raised: RuntimeError: CUDA error")
+    n = len(rig.commands)
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        rig.poll()
+    assert len(rig.commands) - n <= 1
+
+
+def test_teleop_takeover_switches_the_command_source_and_flags_the_recording(rig_factory):
+    from robot_rl.data.episode_store import EpisodeStore
+
+    rig = rig_factory(record=True)
+    rig.wait_for(running, what="the node to run an episode")
+    from real.teleop import TeleopPublisher
+
+    tool = TeleopPublisher(rig.t_op, rig.cfg.topics.teleop)  # what a teleop device bridge uses
+    up = [0.0, 0.0, 1.0, 1.0]  # move up with the gripper open: not what the expert does at the start
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:
+        tool.send(up)
+        rig.poll()
+    assert any(s["source"] == "teleop" for s in rig.statuses)
+    rig.wait_for(lambda s: s["source"] == "policy" and s["counts"].get("episodes", 0) >= 1,
+                 what="control back to the policy and an episode finished")
+    assert rig.statuses[-1]["counts"]["intervention_steps"] >= 3
+    rig.close()
+    store = EpisodeStore.open(rig.store)
+    assert store.n_episodes >= 1
+    flags = store.read("intervention")
+    assert flags.sum() >= 3 and not flags.all()
+    sources = list(store.episode_attr("source"))
+    assert "intervention" in sources
+    i = sources.index("intervention")
+    a, b = store.episode_range(i)
+    act = store.read("action", a, b)[store.read("intervention", a, b)]
+    np.testing.assert_allclose(act, np.tile(up, (len(act), 1)))  # the human's action is what was recorded
+
+
+def test_joint_trajectory_commands_drive_the_robot_through_an_episode(rig_factory):
+    rig = rig_factory(extra=("deploy.command_type=joint_trajectory",))
+    s = rig.wait_for(lambda s: s["counts"].get("episodes", 0) >= 1, what="an episode on joint_trajectory_controller")
+    assert s["counts"]["successes"] >= 1 and s["stop_reason"] is None
+    assert rig.driver.counts["commands"] > 0 and rig.driver.counts["rejected_commands"] == 0
+    assert rig.commands == []  # nothing went to the position controller's topic
+
+
+def test_camera_images_are_decoded_and_malformed_ones_rejected(rig_factory, request):
+    ns_cam = "c" + uuid.uuid4().hex[:8]
+    rig = rig_factory(extra=(f"+deploy.topics.cameras.front=/{ns_cam}/front/image_raw",))
+    pub = rig.t_op.publisher(f"/{ns_cam}/front/image_raw", M.Image, RELIABLE)
+    img = np.random.default_rng(0).integers(0, 255, (4, 6, 3), dtype=np.uint8)
+    end = time.monotonic() + 20
+    while "front" not in rig.node.images and time.monotonic() < end:
+        pub.publish(M.Image(height=4, width=6, encoding="rgb8", step=18, data=img.tobytes()))
+        rig.poll()
+    np.testing.assert_array_equal(rig.node.images["front"], img)
+    pub.publish(M.Image(height=4, width=6, encoding="bgr8", step=18, data=img.tobytes()))
+    pub.publish(M.Image(height=4, width=6, encoding="rgb8", step=18, data=img.tobytes()[:-3]))
+    rig.wait_for(lambda s: s["safety"].get("rejected_image", 0) == 2, what="two malformed images rejected")
+
+
+class ConstantResidual:
+    """A residual that always asks for the same correction (built from config like any residual)."""
+
+    def __init__(self, delta, fail_after: int | None = None):
+        self.delta, self.fail_after, self.calls = np.asarray(delta, np.float32), fail_after, 0
+
+    def __call__(self, obs, base_action):
+        self.calls += 1
+        assert set(obs) == {"proprio", "object"} and base_action.shape == (1, 4)
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise FloatingPointError("residual diverged")
+        return self.delta[None]
+
+
+def test_residual_is_added_to_every_executed_action_and_recorded(rig_factory):
+    from real.residual import load_residual
+    from robot_rl.data.episode_store import EpisodeStore
+
+    res = load_residual({"_target_": "tests.test_real_node.ConstantResidual", "delta": [0.0, 0.0, 0.0, -2.0]})
+    rig = rig_factory(record=True, residual=res)
+    rig.wait_for(lambda s: s["step"] >= 10, what="ten policy steps with the residual")
+    rig.close()  # commits the running episode (partial)
+    store = EpisodeStore.open(rig.store)
+    grip = store.read("action")[:, -1]
+    np.testing.assert_array_equal(grip, -1.0)  # base grip in [-1, 1] minus 2, clipped: always closed
+    assert res.calls >= len(grip)
+
+
+def test_residual_exception_latches_a_safe_stop(rig_factory):
+    rig = rig_factory(residual=ConstantResidual([0.0] * 4, fail_after=3))
+    s = rig.wait_for(lambda s: s["mode"] == "stopped", what="the residual fault to stop the node")
+    assert s["stop_reason"] == "residual raised: FloatingPointError: residual diverged"
+
+
+# ---- observation, blending, clock (no DDS) --------------------------------------------------------------
+def test_observation_from_joint_states_matches_sim():
+    from real.observation import ObservationModel
+
+    env = lift_env()
+    try:
+        obs = env.reset(7)
+        _, cfg = deploy_cfg()
+        om = ObservationModel(env, cfg.joints)
+        m = env.model
+        qa = [m.jnt_qposadr[m.joint(j).id] for j in cfg.joints]
+        da = [m.jnt_dofadr[m.joint(j).id] for j in cfg.joints]
+        o = env.task.obj_qpos
+        phys = om.phys(env.qpos[0, qa], env.qvel[0, da], env.qpos[0, o : o + 7])
+        ours = om.observe(phys, env.target[0])
+        assert set(ours) == set(env.obs_dims)
+        for k in obs:
+            np.testing.assert_allclose(ours[k], obs[k], atol=1e-6)
+        np.testing.assert_allclose(om.ee_pos(env.qpos[0, qa]), obs["proprio"][0, 15:18], atol=1e-6)
+    finally:
+        env.close()
+
+
+def test_sensor_lag_reproduces_the_sims_frame_sensor_timing():
+    # the sim reads the end-effector frame one physics step before qpos; deploy.sensor_lag_s = physics_dt
+    # gives the policy that observation from a joint state
+    from real.observation import ObservationModel
+
+    env = lift_env()
+    try:
+        obs = env.reset(3)
+        _, cfg = deploy_cfg()
+        om = ObservationModel(env, cfg.joints)
+        m = env.model
+        qa = [m.jnt_qposadr[m.joint(j).id] for j in cfg.joints]
+        da = [m.jnt_dofadr[m.joint(j).id] for j in cfg.joints]
+        o = env.task.obj_qpos
+        err = {0.0: [], env.cfg.physics_dt: []}
+        for _ in range(6):  # moving fast: a full-scale step sideways and down
+            obs, *_ = env.step(np.array([[1.0, -1.0, -1.0, 1.0]], np.float32))
+            for lag, e in err.items():
+                ours = om.observe(om.phys(env.qpos[0, qa], env.qvel[0, da], env.qpos[0, o : o + 7], lag), env.target[0])
+                e.append(np.abs(ours["proprio"][0, 15:18] - obs["proprio"][0, 15:18]).max())
+        assert max(err[env.cfg.physics_dt]) < 0.2 * min(err[0.0])
+        assert max(err[env.cfg.physics_dt]) < 2e-4
+    finally:
+        env.close()
+
+
+def test_open_loop_blending_executes_the_newest_chunk_and_requests_ahead():
+    b = ChunkBlender(Blending(mode="none", lead_steps=1), action_horizon=4)
+    assert b.wants_request(0) and b.action(0) is None
+    b.add(np.arange(4)[:, None] * np.ones((4, 2)), start=0, now_step=0)
+    assert [b.action(t)[0] for t in range(4)] == [0, 1, 2, 3] and b.action(4) is None
+    assert not b.wants_request(1) and b.wants_request(3)
+    b.add(10 + np.arange(4)[:, None] * np.ones((4, 2)), start=3, now_step=4)  # arrived a step late
+    assert b.action(4)[0] == 11  # its step-3 action is in the past, step 4 is its second
+
+
+def test_temporal_ensembling_weights_older_predictions_more():
+    b = ChunkBlender(Blending(mode="temporal_ensemble", ensemble_k=0.5), action_horizon=3)
+    b.add(np.zeros((3, 1)), start=0, now_step=0)
+    b.add(np.ones((3, 1)), start=1, now_step=1)
+    w = np.exp(-0.5 * np.arange(2))
+    assert b.action(1)[0] == pytest.approx(w[1] / w.sum())
+    assert b.action(3)[0] == 1.0 and b.wants_request(2)
+
+
+def test_crossfade_moves_from_the_old_chunk_to_the_new_one_without_a_jump():
+    b = ChunkBlender(Blending(mode="crossfade", crossfade_steps=3, lead_steps=0), action_horizon=8)
+    b.add(np.zeros((8, 1)), start=0, now_step=0)
+    b.add(np.ones((8, 1)), start=2, now_step=4)  # computed from step 2, arriving during step 4
+    seq = [b.action(t)[0] for t in range(4, 10)]
+    assert seq[0] == pytest.approx(0.25) and seq[1] == pytest.approx(0.5) and seq[2] == pytest.approx(0.75)
+    assert seq[3:] == [1.0, 1.0, 1.0]
+    assert np.all(np.diff(seq) >= 0)
+
+
+def test_phase_lock_moves_ticks_just_after_joint_state_arrivals():
+    clock = TickClock(100.0, phase_lock=True, margin_s=0.0005)
+    clock.t0 = 0.0
+    arrival_phase = 0.0063  # states arrive 6.3 ms into each tick period
+    for k in range(400):
+        clock.arrival(k * 0.01 + arrival_phase)
+        clock.start_tick(clock.deadline)
+    assert clock.locked
+    assert (clock.deadline % 0.01) == pytest.approx(arrival_phase + 0.0005, abs=1e-4)
+    assert clock.missed == 0
+
+
+def test_overrunning_a_tick_counts_the_ticks_skipped():
+    clock = TickClock(100.0)
+    clock.t0 = 0.0
+    clock.start_tick(0.0)
+    clock.start_tick(0.0355)  # due at 0.01: 25.5 ms late, the ticks due at 0.02 and 0.03 are skipped
+    assert clock.missed == 2 and clock.deadline == pytest.approx(0.04)
