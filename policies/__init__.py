@@ -15,6 +15,7 @@ from policies.base import BasePolicy, PolicySpec, SpecMismatch
 # kind -> "module:Class"
 REGISTRY = {
     "diffusion": "policies.diffusion.policy:DiffusionPolicy",
+    "residual": "robot_rl.rl.residual:ResidualPolicy",
 }
 
 

@@ -1,0 +1,9 @@
+"""Residual off-policy RL on a frozen base policy.
+
+    residual.py   ResidualPolicy (a BasePolicy: base chunks open-loop + per-step residual), ResidualActor
+    critic.py     EnsembleCritic: N Q-heads in one batched pass
+    replay.py     time-major ring replay, n-step targets, demo buffer relabeled with the base's actions
+    learner.py    TD3-style update (ensemble targets, smoothing, delay, warm-up, clipping)
+    rollout.py    vectorized collection over a BatchedEnv
+    train.py      the training workspace (checkpoints, resume, evaluation, logs); RL from scratch too
+"""

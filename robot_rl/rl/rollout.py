@@ -1,0 +1,115 @@
+"""Vectorized collection: N envs, the base's chunks open-loop from per-env queues, the residual every step.
+
+Per vector step:
+    action = clip(base + clip(residual(obs, base) + exploration noise, -scale, scale), -1, 1)
+    env.step(action) -> reward, done, final_obs (auto-reset)
+    next base action: the base action at final_obs (the queue's next entry, or a fresh chunk), the value the
+    critic bootstraps from; not computed for terminated envs, which never bootstrap
+    replay row: obs, base action, executed action, reward, final_obs, next base action, terminated,
+    truncated, intervention
+    envs that ended start over: history refilled from the new first observation, queue emptied
+Works with any BatchedEnv (MuJoCo C or MJX): it only uses the host API.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from robot_rl.rl.replay import Replay
+from robot_rl.rl.residual import BaseActionQueue, ResidualPolicy, flatten_obs
+
+REWARDS = ("success", "env")
+
+
+class ObsHistory:
+    """Per-env observation history {key: [N, horizon, dim]}; a new episode is filled with its first observation
+    (as PolicyRunner and the training windows do)."""
+
+    def __init__(self, obs_dims: dict[str, int], horizon: int, num_envs: int):
+        self.data = {k: np.zeros((num_envs, horizon, d), np.float32) for k, d in obs_dims.items()}
+        self.fresh = np.ones(num_envs, bool)
+
+    def reset(self, env_ids=None) -> None:
+        if env_ids is None:
+            self.fresh[:] = True
+        else:
+            self.fresh[env_ids] = True
+
+    def push(self, obs: dict[str, np.ndarray], env_ids=None) -> None:
+        """Append the observations of env_ids (all when None); obs arrays are [N, dim] over all envs."""
+        ids = slice(None) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
+        fresh = self.fresh[ids]
+        for k, h in self.data.items():
+            rows = h[ids]
+            rows[:, :-1] = rows[:, 1:]
+            rows[:, -1] = obs[k][ids]
+            rows[fresh] = obs[k][ids][fresh][:, None]
+            h[ids] = rows
+        self.fresh[ids] = False
+
+
+class Collector:
+    def __init__(self, env, policy: ResidualPolicy, replay: Replay, reward: str = "success", explore_std: float = 0.5,
+                 seed: int = 0):
+        if reward not in REWARDS:
+            raise ValueError(f"reward={reward!r}; valid: {', '.join(REWARDS)}")
+        self.env, self.policy, self.replay = env, policy, replay
+        self.reward, self.explore_std = reward, float(explore_std)
+        self.keys = policy.obs_keys
+        n = env.num_envs
+        self.history = ObsHistory(policy.spec.obs_dims, policy.spec.obs_horizon, n)
+        self.queue = BaseActionQueue(policy.base, n, env.action_dim)
+        self.rng = np.random.default_rng(seed)
+        self.obs = np.zeros((n, sum(policy.spec.obs_dims.values())), np.float32)
+        self.base = np.zeros((n, env.action_dim), np.float32)
+        self.ever_success = np.zeros(n, bool)
+        self.finished: list[tuple[bool, float, int]] = []  # (success, env return, length) of ended episodes
+
+    def start(self, seed: int) -> None:
+        """(Re)start every env's episode; a replay row written before is cut there (no bootstrapping across)."""
+        self.replay.mark_cut()
+        obs = self.env.reset(seed)
+        self.history.reset()
+        self.queue.reset()
+        self.history.push(obs)
+        self.base = self.queue.next(self.history.data)
+        self.obs = flatten_obs(obs, self.keys)
+        self.ever_success[:] = False
+
+    def step(self, explore: bool = True) -> None:
+        """One vector step of every env; writes one replay row."""
+        scale = self.policy.actor.cfg.scale
+        res = self.policy.residual(self.obs, self.base)
+        if explore and self.explore_std > 0:
+            res = res + self.rng.normal(0.0, self.explore_std * scale, res.shape).astype(np.float32)
+            res = np.clip(res, -scale, scale)
+        action = np.clip(self.base + res, -1.0, 1.0).astype(np.float32)
+        obs, reward, done, info = self.env.step(action)
+        term, trunc = info["terminated"], info["truncated"]
+        final = info["final_obs"]
+        r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
+        self.history.push(final)
+        next_base = np.zeros_like(self.base)
+        boot = np.nonzero(~term)[0]
+        if len(boot):
+            next_base[boot] = self.queue.next(self.history.data, boot)
+        self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
+                        next_obs=flatten_obs(final, self.keys), next_base_action=next_base, terminated=term,
+                        truncated=trunc, intervention=info["intervention"])
+        self.ever_success |= info["success"]
+        if done.any():
+            ids = np.nonzero(done)[0]
+            for i in ids:
+                self.finished.append((bool(self.ever_success[i]), float(info["episode_return"][i]),
+                                      int(info["episode_length"][i])))
+            self.ever_success[ids] = False
+            self.history.reset(ids)
+            self.queue.reset(ids)
+            self.history.push(obs, ids)
+            next_base[ids] = self.queue.next(self.history.data, ids)
+        self.obs = flatten_obs(obs, self.keys)
+        self.base = next_base
+
+    def pop_finished(self) -> list[tuple[bool, float, int]]:
+        out, self.finished = self.finished, []
+        return out

@@ -1,0 +1,379 @@
+"""Residual off-policy RL on a frozen base policy: the training loop behind robot-rl-train-residual.
+
+    result = train(env, base, cfg, run_dir, log, demo_store=store)      # base: any BasePolicy, or None
+
+Reads top-down:
+  1. check the base against the env (a mismatch stops here, before anything runs);
+  2. build the residual policy (zero last layer: it starts as the base), the learner, online replay and
+     the demo buffer (demo states relabeled with the base's action); resume from checkpoints/latest.json;
+  3. loop until `env_steps` transitions (or `time_budget_s`): one vector step of N envs with exploration
+     noise on the residual, then `utd * N` gradient updates on batches that mix online and demo
+     transitions (`demo_fraction`); observation statistics are frozen from the first `learning_starts`
+     transitions (+ demos) before the first update;
+  4. every `log_every` / `eval_every` / `ckpt_every` env steps: TensorBoard scalars, evaluation of the
+     deterministic residual policy through robot_rl.evaluation (the same code as robot-rl-eval), an atomic
+     checkpoint; at the end policy/ (a BasePolicy checkpoint: base + residual), final evaluation, curves.png.
+
+RL from scratch is the same code with base=None (base action 0) and `from_scratch(cfg)` (scale 1.0).
+
+Run directory (as robot_rl.train_bc):
+    checkpoints/step_<env steps>/  full training state (also loadable by load_policy)
+    checkpoints/latest.json        {"step": N, "path": "step_<N>"}, replaced atomically after each save
+    policy/   tb/   metrics.json   curves.png
+A resumed run restarts the envs' episodes (simulator state is not saved) and keeps the replay when
+`save_replay`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robot_rl import checkpoint
+from robot_rl.atomic import atomic_write_text
+from robot_rl.rl.learner import Learner, LearnerConfig
+from robot_rl.rl.replay import Replay, demo_replay, sample_mixed
+from robot_rl.rl.residual import ResidualConfig, ResidualPolicy, from_dict
+from robot_rl.rl.rollout import REWARDS, Collector
+from robot_rl.run_dir import write_metrics
+from robot_rl.train_bc import ResumeMismatch, _differing
+
+# May change between a checkpoint and its resume: they set how long and how visibly the run goes on, not what
+# it learns. Every other key must match.
+FREE_KEYS = ("env_steps", "time_budget_s", "eval_every", "eval_episodes", "eval_seed", "log_every", "ckpt_every",
+             "keep_checkpoints", "save_replay", "final_eval")
+
+
+@dataclasses.dataclass
+class ResidualRLConfig:
+    """Everything the loop reads besides the env and the base policy."""
+
+    env_steps: int = 200_000  # training budget in env transitions (summed over envs)
+    time_budget_s: float = 0.0  # also stop after this much training wall time, evaluations excluded (0: no limit)
+    learning_starts: int = 5_000  # transitions collected before the first update (they also fix the obs stats)
+    utd: float = 1.0  # gradient updates per env transition
+    demo_fraction: float = 0.5  # share of every batch drawn from the demo buffer (when demos are given)
+    reward: str = "success"  # success: 1.0 on success steps (sparse); env: the task's dense reward
+    explore_std: float = 0.5  # std of Gaussian noise on the residual in rollouts, as a fraction of residual.scale
+    replay_capacity: int = 300_000  # online transitions kept
+    eval_every: int = 25_000  # env steps between evaluations (0: only the final one)
+    eval_episodes: int = 50
+    eval_seed: int = 1000  # evaluation episodes never share the training episodes' seeds
+    log_every: int = 5_000  # env steps between TensorBoard points
+    ckpt_every: int = 25_000  # env steps between checkpoints
+    keep_checkpoints: int = 2
+    save_replay: bool = True  # checkpoints hold the online replay, so a resume continues with its data
+    final_eval: bool = True
+    seed: int = 0
+    residual: ResidualConfig = dataclasses.field(default_factory=ResidualConfig)
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+
+    def __post_init__(self):
+        if isinstance(self.residual, dict):
+            self.residual = ResidualConfig.from_dict(self.residual)
+        if isinstance(self.learner, dict):
+            self.learner = LearnerConfig.from_dict(self.learner)
+        whole = {"env_steps": 1, "learning_starts": 0, "replay_capacity": 1, "eval_every": 0, "eval_episodes": 1,
+                 "eval_seed": 0, "log_every": 1, "ckpt_every": 1, "keep_checkpoints": 1, "seed": 0}
+        for name, lo in whole.items():
+            v = getattr(self, name)
+            if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
+                raise ValueError(f"{name}={v!r} must be a whole number >= {lo}")
+        if not (self.utd > 0 and np.isfinite(self.utd)):
+            raise ValueError(f"utd={self.utd!r} must be a number > 0 (gradient updates per env transition)")
+        if not 0.0 <= self.demo_fraction < 1.0:
+            raise ValueError(f"demo_fraction={self.demo_fraction!r} must be in [0, 1)")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward={self.reward!r}; valid: {', '.join(REWARDS)}")
+        if not self.explore_std >= 0:
+            raise ValueError(f"explore_std={self.explore_std!r} must be >= 0")
+        if not self.time_budget_s >= 0:
+            raise ValueError(f"time_budget_s={self.time_budget_s!r} must be >= 0 (0: no limit)")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ResidualRLConfig":
+        return from_dict(cls, d, "residual RL")
+
+
+def from_scratch(cfg: ResidualRLConfig) -> ResidualRLConfig:
+    """The RL-from-scratch baseline of `cfg` (use with base=None): full-range actions, TD3's usual noise."""
+    residual = dataclasses.replace(cfg.residual, scale=1.0)
+    return dataclasses.replace(cfg, residual=residual, explore_std=0.2)
+
+
+def base_fingerprint(base) -> dict:
+    """What identifies the base policy in a resume check: kind, spec and a hash of its weights."""
+    if base is None:
+        return {"kind": None}
+    out = {"kind": base.kind or type(base).__name__, "spec": base.spec.to_dict()}
+    if base.kind:
+        h = hashlib.sha256()
+        for k, v in sorted(base.state_tensors().items()):
+            h.update(k.encode())
+            h.update(v.detach().cpu().contiguous().numpy().tobytes())
+        out["sha256"] = h.hexdigest()
+    return out
+
+
+def resume_config(cfg: ResidualRLConfig, env, base, demo_path: str | None) -> dict:
+    """What a resumed run must share with its checkpoint, as JSON values."""
+    out = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in FREE_KEYS}
+    out.update(task=env.cfg.task, num_envs=env.num_envs, obs_dims=dict(env.obs_dims), base=base_fingerprint(base),
+               demos=str(Path(demo_path).resolve()) if demo_path else None)
+    return json.loads(json.dumps(out))
+
+
+class ResidualWorkspace:
+    def __init__(self, run_dir: Path, cfg: ResidualRLConfig, env, base, demo_store=None, eval_env=None):
+        if base is not None:  # SpecMismatch before anything is built or run
+            for e in (env, eval_env):
+                if e is not None:
+                    base.spec.check_env(e)
+        self.run_dir, self.cfg, self.env, self.eval_env = Path(run_dir), cfg, env, eval_env
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.policy = ResidualPolicy.build(base, cfg.residual, env=env)
+        self.resume_config = resume_config(cfg, env, base, str(demo_store.path) if demo_store is not None else None)
+        self.learner = Learner(self.policy.actor, cfg.learner, seed=cfg.seed)
+        obs_dim = self.policy.actor.obs_dim
+        self.replay = Replay(cfg.replay_capacity, env.num_envs, obs_dim, env.action_dim)
+        self.demos = None
+        if demo_store is not None and cfg.demo_fraction > 0:
+            self.demos = demo_replay(demo_store, base, self.policy.obs_keys, cfg.reward)
+        self.collector = Collector(env, self.policy, self.replay, cfg.reward, cfg.explore_std, seed=cfg.seed + 1)
+        self.env_steps = 0
+        self.episodes = 0
+        self.owed = 0.0  # fractional updates carried over (utd * N need not be whole)
+        self.stats_frozen = False
+        self.train_time = 0.0  # wall time of training so far, across resumes
+        self.starts = 0  # env (re)starts, for distinct seeds
+
+    # ---- checkpoints --------------------------------------------------------------------------------
+    def save(self) -> Path:
+        tensors = dict(self.policy.state_tensors())
+        train = {
+            "env_steps": self.env_steps, "episodes": self.episodes, "owed": self.owed,
+            "stats_frozen": self.stats_frozen, "train_time": self.train_time, "starts": self.starts,
+            "learner": checkpoint.flatten(self.learner.state(), "learner", tensors),
+            "numpy_rng": self.rng.bit_generator.state,
+            "collector_rng": self.collector.rng.bit_generator.state,
+            "torch_rng": checkpoint.flatten(torch.get_rng_state(), "torch_rng", tensors),
+            "config": self.resume_config,
+        }
+        if self.cfg.save_replay:
+            train["replay"] = checkpoint.flatten(self.replay.state(), "replay", tensors)
+        cfg = {"kind": self.policy.kind, "spec": self.policy.spec.to_dict(), "config": self.policy.config(),
+               "train": train}
+        path = checkpoint.save(self.ckpt_dir / f"step_{self.env_steps:09d}", tensors, cfg)
+        atomic_write_text(self.ckpt_dir / "latest.json", json.dumps({"step": self.env_steps, "path": path.name}) + "\n")
+        old = sorted(p for p in self.ckpt_dir.glob("step_*") if p.is_dir() and p != path)
+        for p in old[: max(0, len(old) - (self.cfg.keep_checkpoints - 1))]:
+            shutil.rmtree(p, ignore_errors=True)
+        return path
+
+    def try_resume(self) -> bool:
+        """Continue from checkpoints/latest.json when present; False when there is nothing to resume."""
+        latest = self.ckpt_dir / "latest.json"
+        if not latest.is_file():
+            return False
+        path = self.ckpt_dir / json.loads(latest.read_text())["path"]
+        tensors, cfg = checkpoint.load(path)
+        train = cfg.get("train")
+        if train is None:
+            raise checkpoint.CheckpointError(f"{path} holds no training state; it cannot be resumed")
+        diff = _differing(train["config"], self.resume_config)
+        if diff:
+            raise ResumeMismatch(
+                f"cannot resume {path}: it was trained with a different config for {', '.join(diff)}; "
+                "start a new run directory or restore those values"
+            )
+        self.policy.actor.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("actor.")})
+        self.learner.load_state(checkpoint.unflatten(train["learner"], tensors))
+        if "replay" in train:
+            self.replay.load_state(checkpoint.unflatten(train["replay"], tensors))
+        self.rng.bit_generator.state = train["numpy_rng"]
+        self.collector.rng.bit_generator.state = train["collector_rng"]
+        torch.set_rng_state(checkpoint.unflatten(train["torch_rng"], tensors))
+        self.env_steps, self.episodes = int(train["env_steps"]), int(train["episodes"])
+        self.owed, self.stats_frozen = float(train["owed"]), bool(train["stats_frozen"])
+        self.train_time, self.starts = float(train["train_time"]), int(train["starts"])
+        return True
+
+    # ---- pieces of the loop -------------------------------------------------------------------------
+    def restart_envs(self) -> None:
+        self.collector.start(seed=self.cfg.seed + 100_003 * self.starts)
+        self.starts += 1
+
+    def freeze_obs_stats(self) -> None:
+        """Observation normalization from the online replay (+ demos), fixed for the rest of training."""
+        obs = [self.replay.data["obs"][: min(self.replay.written, self.replay.rows)].reshape(-1, self.replay.obs_dim)]
+        if self.demos is not None:
+            obs.append(self.demos.data["obs"][: self.demos.written, 0])
+        obs = np.concatenate(obs)
+        self.learner.set_obs_stats(obs.mean(0), np.maximum(obs.std(0), 1e-2))
+        self.stats_frozen = True
+
+    def batch(self) -> dict:
+        c = self.cfg.learner
+        return sample_mixed(self.replay, self.demos, c.batch_size, self.cfg.demo_fraction, c.n_step, c.gamma, self.rng)
+
+    def evaluate(self, episodes: int | None = None) -> dict:
+        from robot_rl.evaluation import evaluate_policy
+
+        env = self.eval_env if self.eval_env is not None else self.env
+        metrics = evaluate_policy(env, self.policy, episodes or self.cfg.eval_episodes, seed=self.cfg.eval_seed)
+        if self.eval_env is None:
+            self.restart_envs()  # evaluation reset the shared env: training episodes start over
+        return metrics
+
+    # ---- loop ---------------------------------------------------------------------------------------
+    def run(self, log, progress=None) -> dict:
+        """Train until the budget is spent; `progress(env_steps)` is called after every vector step."""
+        cfg, n = self.cfg, self.env.num_envs
+        self.restart_envs()
+        clock = _Clock(self.train_time)  # training time excludes evaluations
+        start_steps, saved_at = self.env_steps, None
+        window = {"metrics": [], "updates": 0, "update_s": 0.0, "steps": self.env_steps, "t": clock.now()}
+
+        def crossed(every: int) -> bool:
+            return every > 0 and self.env_steps // every > (self.env_steps - n) // every
+
+        def flush_log():
+            self._log(log, window["metrics"], window["updates"] / max(window["update_s"], 1e-9),
+                      (self.env_steps - window["steps"]) / max(clock.now() - window["t"], 1e-9))
+            window.update(metrics=[], updates=0, update_s=0.0, steps=self.env_steps, t=clock.now())
+
+        while self.env_steps < cfg.env_steps and not (cfg.time_budget_s and clock.now() >= cfg.time_budget_s):
+            # 1. one vector step: base chunks open-loop, residual + exploration noise every step
+            self.collector.step(explore=True)
+            self.env_steps += n
+            # 2. utd * N gradient updates once learning has started
+            if self.env_steps >= max(cfg.learning_starts, 1):
+                if not self.stats_frozen:
+                    self.freeze_obs_stats()
+                self.owed += cfg.utd * n
+                u0 = time.perf_counter()
+                while self.owed >= 1.0:
+                    try:
+                        window["metrics"].append(self.learner.update(self.batch()))
+                    except FloatingPointError as e:
+                        raise FloatingPointError(
+                            f"{e} (env step {self.env_steps}); training stopped, the last good checkpoint is kept "
+                            f"in {self.ckpt_dir}") from None
+                    self.owed -= 1.0
+                    window["updates"] += 1
+                window["update_s"] += time.perf_counter() - u0
+            self.train_time = clock.now()
+            # 3. logs, evaluation, checkpoints
+            if crossed(cfg.log_every):
+                flush_log()
+            if crossed(cfg.eval_every) and self.env_steps < cfg.env_steps:
+                with clock.paused():
+                    m = self.evaluate()
+                log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"]}, self.env_steps,
+                            prefix="eval/")
+            if crossed(cfg.ckpt_every):
+                self.save()
+                saved_at = self.env_steps
+            if progress is not None:
+                progress(self.env_steps)
+        if self.env_steps > window["steps"]:
+            flush_log()
+        if saved_at != self.env_steps:
+            self.save()
+        self.policy.save(self.run_dir / "policy")
+        final = None
+        if cfg.final_eval:
+            with clock.paused():
+                final = self.evaluate()
+            log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"]}, self.env_steps,
+                        prefix="eval/")
+        log.plot(self.run_dir / "curves.png",
+                 ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean", "residual/abs_mean",
+                  "perf/updates_per_s"], title=f"residual RL {self.env.cfg.task}")
+        return {"final_eval": final, "env_steps": self.env_steps, "updates": self.learner.updates,
+                "episodes": self.episodes, "train_time_s": self.train_time, "eval_time_s": clock.paused_s,
+                "env_steps_this_session": self.env_steps - start_steps}
+
+    def _log(self, log, metrics: list[dict], updates_per_s: float, env_steps_per_s: float) -> None:
+        step = self.env_steps
+        finished = self.collector.pop_finished()
+        self.episodes += len(finished)
+        if finished:
+            succ, ret, length = (np.array(x, dtype=np.float64) for x in zip(*finished))
+            log.scalars({"success_rate": succ.mean(), "env_return": ret.mean(), "length": length.mean(),
+                         "episodes": len(finished)}, step, prefix="rollout/")
+        if metrics:
+            mean = {k: float(np.mean([m[k] for m in metrics if k in m])) for k in metrics[-1]}
+            actor = [m for m in metrics if "actor_loss" in m]
+            if actor:
+                mean.update({k: float(np.mean([m[k] for m in actor])) for k in ("actor_loss", "residual_abs",
+                                                                                   "actor_grad_norm")})
+            log.scalars({k: mean[k] for k in ("critic_loss", "critic_grad_norm") if k in mean}, step, prefix="train/")
+            if "actor_loss" in mean:
+                log.scalars({"actor_loss": mean["actor_loss"], "actor_grad_norm": mean["actor_grad_norm"]}, step,
+                            prefix="train/")
+                log.scalars({"abs_mean": mean["residual_abs"],
+                             "frac_of_scale": mean["residual_abs"] / self.policy.actor.cfg.scale}, step,
+                            prefix="residual/")
+            log.scalars({"mean": mean["q_mean"], "max": mean["q_max"], "min": mean["q_min"],
+                         "head_std": mean["q_head_std"], "target_mean": mean["target_mean"]}, step, prefix="q/")
+            log.scalar("perf/updates_per_s", updates_per_s, step)
+        log.scalars({"env_steps_per_s": env_steps_per_s, "updates": self.learner.updates}, step, prefix="perf/")
+
+
+class _Clock:
+    """Seconds of training so far (continuing `before`), not counting the time spent inside paused()."""
+
+    def __init__(self, before: float = 0.0):
+        self.start, self.before, self.paused_s = time.perf_counter(), before, 0.0
+
+    def now(self) -> float:
+        return self.before + time.perf_counter() - self.start - self.paused_s
+
+    @contextlib.contextmanager
+    def paused(self):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.paused_s += time.perf_counter() - t
+
+
+def train(env, base, cfg: ResidualRLConfig, run_dir, log=None, demo_store=None, eval_env=None, progress=None) -> dict:
+    """Train a residual policy on `base` (None: from scratch) in `env`, resuming from run_dir when it can.
+    Without a `log`, a RunLog in run_dir is opened (continuing a resumed history) and closed."""
+    from robot_rl.run_log import RunLog
+
+    ws = ResidualWorkspace(Path(run_dir), cfg, env, base, demo_store=demo_store, eval_env=eval_env)
+    resumed_from = ws.env_steps if ws.try_resume() else None
+    own_log = log is None
+    if own_log:
+        log = RunLog(run_dir, resume_step=resumed_from)
+    try:
+        result = ws.run(log, progress=progress)
+    finally:
+        if own_log:
+            log.close()
+    result["resumed_from"] = resumed_from
+    return result
+
+
+def write_results(run_dir: Path, log, result: dict, extra: dict) -> None:
+    """metrics.json of a run: the final evaluation, budget figures and the scalar history."""
+    final = result["final_eval"]
+    metrics = {**extra, **{k: v for k, v in result.items() if k != "final_eval"}, "history": log.history_json()}
+    if final is not None:
+        metrics.update(success_rate=final["success_rate"], success_ci95=final["success_ci95"],
+                       eval={k: v for k, v in final.items() if k != "episode_ids"},
+                       eval_episode_ids=final["episode_ids"])
+    write_metrics(Path(run_dir), metrics)

@@ -1,0 +1,155 @@
+"""TD3 learner with a critic ensemble: batched heads, targets, critic warm-up, non-finite losses, config checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from robot_rl.rl.critic import EnsembleCritic
+from robot_rl.rl.learner import Learner, LearnerConfig
+from robot_rl.rl.residual import ResidualActor, ResidualConfig
+
+OBS, ACT = 6, 2
+
+
+def _batch(b=32, seed=0, **over):
+    rng = np.random.default_rng(seed)
+    out = {
+        "obs": rng.normal(size=(b, OBS)), "base_action": rng.uniform(-1, 1, (b, ACT)),
+        "action": rng.uniform(-1, 1, (b, ACT)), "ret": rng.random(b), "discount": np.full(b, 0.97),
+        "next_obs": rng.normal(size=(b, OBS)), "next_base_action": rng.uniform(-1, 1, (b, ACT)),
+    }
+    out.update(over)
+    return {k: np.asarray(v, np.float32) for k, v in out.items()}
+
+
+def _learner(**cfg) -> Learner:
+    torch.manual_seed(0)
+    actor = ResidualActor(OBS, ACT, ResidualConfig(hidden=(32, 32)))
+    return Learner(actor, LearnerConfig(**{"num_critics": 4, "critic_hidden": (32, 32), **cfg}))
+
+
+def test_ensemble_batched_pass_equals_a_loop_over_heads():
+    torch.manual_seed(0)
+    critic = EnsembleCritic(in_dim=10, num_heads=5, hidden=(16, 8))
+    with torch.no_grad():  # move every parameter off its init (the output layer starts at zero)
+        for p in critic.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(7, 10)
+    batched = critic(x)
+    assert batched.shape == (5, 7)
+    looped = torch.stack([critic.head(i)(x).squeeze(-1) for i in range(5)])
+    torch.testing.assert_close(batched, looped, rtol=1e-5, atol=1e-5)
+    heads = torch.tensor([3, 1])
+    torch.testing.assert_close(critic(x, heads), looped[heads], rtol=1e-5, atol=1e-5)
+
+
+def test_critic_heads_start_at_zero_and_differ_after_training():
+    learner = _learner(critic_warmup=100)
+    x = torch.randn(16, OBS + 2 * ACT)
+    assert torch.count_nonzero(learner.critic(x)) == 0
+    for i in range(5):
+        learner.update(_batch(seed=i))
+    q = learner.critic(x).detach()
+    assert (q.std(0) > 0).all(), "independently initialized heads learn different functions"
+
+
+def test_terminal_targets_are_the_return_alone():
+    learner = _learner(critic_warmup=10_000, critic_lr=1e-2)
+    batch = _batch(b=64, discount=np.zeros(64), ret=np.full(64, 0.7))
+    for _ in range(300):
+        learner.update(batch)
+    q = learner.critic(torch.cat([learner.actor.normalize(torch.as_tensor(batch["obs"])),
+                                  torch.as_tensor(batch["base_action"]), torch.as_tensor(batch["action"])], 1))
+    torch.testing.assert_close(q.detach(), torch.full_like(q, 0.7), atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize("bounds, expected", [((0.0, 1.0), 0.0), (None, -0.97 * 5.0)])
+def test_td_targets_are_clipped_to_the_returns_the_reward_range_allows(bounds, expected):
+    learner = _learner(critic_warmup=10_000, critic_lr=1e-2, tau=1e-6, reward_bounds=bounds)
+    with torch.no_grad():  # a target critic that is far too pessimistic, held fixed by the tiny tau
+        learner.critic_target.biases[-1].fill_(-5.0)
+    batch = _batch(b=64, ret=np.zeros(64))
+    for _ in range(300):
+        learner.update(batch)
+    q = learner.critic(torch.cat([learner.actor.normalize(torch.as_tensor(batch["obs"])),
+                                  torch.as_tensor(batch["base_action"]), torch.as_tensor(batch["action"])], 1))
+    assert float(q.detach().mean()) == pytest.approx(expected, abs=0.1)
+
+
+def test_actor_stays_at_the_base_during_critic_warmup_then_learns():
+    learner = _learner(critic_warmup=6, policy_delay=2)
+    before = [p.detach().clone() for p in learner.actor.parameters()]
+    metrics = [learner.update(_batch(seed=i)) for i in range(6)]
+    assert all("actor_loss" not in m for m in metrics)
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.actor.parameters()))
+    metrics = [learner.update(_batch(seed=10 + i)) for i in range(4)]
+    assert ["actor_loss" in m for m in metrics] == [False, True, False, True]  # updates 7..10, every 2nd
+    assert not all(torch.equal(a, b) for a, b in zip(before, learner.actor.parameters()))
+
+
+def test_target_networks_track_the_online_networks_by_polyak_averaging():
+    learner = _learner(tau=0.5, critic_warmup=0, policy_delay=1)
+    online0 = [p.detach().clone() for p in learner.critic.parameters()]
+    learner.update(_batch())
+    for t, o0, o1 in zip(learner.critic_target.parameters(), online0, learner.critic.parameters()):
+        torch.testing.assert_close(t, 0.5 * o0 + 0.5 * o1.detach())
+
+
+def test_actor_update_leaves_critic_gradients_untouched():
+    learner = _learner(critic_warmup=0, policy_delay=1)
+    learner.update(_batch())
+    # after the actor step the critic's .grad still holds the critic loss gradient of this update, not actor's
+    grads = [p.grad.clone() for p in learner.critic.parameters()]
+    learner.critic_opt.zero_grad(set_to_none=False)
+    b = {k: torch.as_tensor(v) for k, v in _batch(seed=5).items()}
+    res = learner.actor(learner.actor.normalize(b["obs"]), b["base_action"])
+    loss = -learner.critic(torch.cat([learner.actor.normalize(b["obs"]), b["base_action"],
+                                      (b["base_action"] + res).clamp(-1, 1)], 1)).mean()
+    loss.backward(inputs=list(learner.actor.parameters()))
+    assert all(not p.grad.any() for p in learner.critic.parameters()) and grads
+
+
+def test_non_finite_loss_raises_naming_the_loss_and_update():
+    learner = _learner()
+    learner.update(_batch())
+    with pytest.raises(FloatingPointError, match="critic loss is nan at update 2"):
+        learner.update(_batch(ret=np.full(32, np.nan)))
+
+
+def test_learner_state_round_trip_through_a_checkpoint_continues_identically(tmp_path):
+    from robot_rl import checkpoint
+
+    a = _learner(critic_warmup=0)
+    for i in range(3):
+        a.update(_batch(seed=i))
+    tensors = {}
+    tree = checkpoint.flatten(a.state(), "learner", tensors)
+    checkpoint.save(tmp_path / "ckpt", tensors, {"learner": tree})
+    tensors, cfg = checkpoint.load(tmp_path / "ckpt")
+    b = _learner(critic_warmup=0)
+    b.actor.load_state_dict(a.actor.state_dict())
+    b.load_state(checkpoint.unflatten(cfg["learner"], tensors))
+    ma, mb = a.update(_batch(seed=9)), b.update(_batch(seed=9))
+    assert ma == mb
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("num_critics", 1, "learner.num_critics=1 must be >= 2"),
+    ("gamma", 1.0, "learner.gamma=1.0 must be in [0, 1)"),
+    ("tau", 0.0, "learner.tau=0.0"),
+    ("grad_clip", -1.0, "learner.grad_clip=-1.0"),
+])
+def test_bad_learner_config_values_are_named(key, value, needle):
+    with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        LearnerConfig(**{key: value})
+
+
+def test_unknown_learner_keys_are_named():
+    with pytest.raises(ValueError, match=r"unknown learner key\(s\) \['gama'\]"):
+        LearnerConfig.from_dict({"gama": 0.9})
+    assert LearnerConfig.from_dict({"critic_hidden": [64, 64]}) == dataclasses.replace(LearnerConfig(),
+                                                                                      critic_hidden=(64, 64))
