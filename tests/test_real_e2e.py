@@ -91,7 +91,9 @@ def test_driver_and_node_processes_complete_lift_episodes_over_dds(tmp_path):
         assert abs((b - a) - (d - c)) <= 2
         ee_rec = store.read("obs/proprio", a, a + n)[:, 15:18]
         ee_imp = imp.read("obs/proprio", c, c + n)[:, 15:18]
-        assert np.mean(np.linalg.norm(ee_rec - ee_imp, axis=1)) < 0.01  # same trajectory, sampled a tick apart at most
+        # Same trajectory, sampled up to a tick apart (10 ms); 2 cm leaves room for ticks stretched by a loaded
+        # machine (1.009 cm seen under load average 4) and still catches a mispaired or foreign trajectory.
+        assert np.mean(np.linalg.norm(ee_rec - ee_imp, axis=1)) < 0.02
         grip_rec = store.read("action", a, a + n)[:, -1] > 0
         grip_imp = imp.read("action", c, c + n)[:, -1] > 0
         assert np.mean(grip_rec == grip_imp) > 0.8
