@@ -118,3 +118,58 @@ def load(path: str | Path, device: str = "cpu") -> tuple[dict, dict]:
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint file {path / TENSORS} is corrupted ({e})") from None
     return tensors, config
+
+
+# ---- training checkpoints: checkpoints/step_<N>/ + latest.json, shared by every training workspace ----------
+class ResumeMismatch(ValueError):
+    """The run directory's checkpoint was trained with another config; names the differing keys."""
+
+
+def differing(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested dicts, as 'key (old -> new)'."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += differing(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k} ({x!r} -> {y!r})")
+    return out
+
+
+def save_training(ckpt_dir: Path, step: int, policy, tensors: dict, train: dict, keep: int, width: int = 7) -> Path:
+    """Write checkpoints/step_<step>/ (the policy plus its training state `train`), point latest.json at it,
+    and keep the newest `keep` step checkpoints."""
+    import json
+    from robot_rl.atomic import atomic_write_text
+
+    ckpt_dir = Path(ckpt_dir)
+    cfg = {"kind": policy.kind, "spec": policy.spec.to_dict(), "config": policy.config(), "train": train}
+    path = save(ckpt_dir / f"step_{step:0{width}d}", tensors, cfg)
+    atomic_write_text(ckpt_dir / "latest.json", json.dumps({"step": step, "path": path.name}) + "\n")
+    old = sorted(p for p in ckpt_dir.glob("step_*") if p.is_dir() and p != path)
+    for p in old[: max(0, len(old) - (keep - 1))]:
+        shutil.rmtree(p, ignore_errors=True)
+    return path
+
+
+def load_training(ckpt_dir: Path, resume_config: dict) -> tuple[dict, dict] | None:
+    """(tensors, train state) of checkpoints/latest.json, None when there is nothing to resume; refuses a
+    checkpoint trained with a different `resume_config`, naming the keys."""
+    import json
+
+    latest = Path(ckpt_dir) / "latest.json"
+    if not latest.is_file():
+        return None
+    path = Path(ckpt_dir) / json.loads(latest.read_text())["path"]
+    tensors, cfg = load(path)
+    train = cfg.get("train")
+    if train is None:
+        raise CheckpointError(f"{path} holds no training state; it cannot be resumed")
+    diff = differing(train["config"], resume_config)
+    if diff:
+        raise ResumeMismatch(
+            f"cannot resume {path}: it was trained with a different config for {', '.join(diff)}; "
+            "start a new run directory or restore those values"
+        )
+    return tensors, train

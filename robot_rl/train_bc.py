@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -25,7 +24,6 @@ import numpy as np
 import torch
 
 from robot_rl import checkpoint
-from robot_rl.atomic import atomic_write_text
 from robot_rl.run_dir import write_metrics
 
 # Changing any of these between a checkpoint and its resume would silently train another model
@@ -63,8 +61,7 @@ def resume_config(cfg: "BCConfig", policy_cfg, task: str) -> dict:
     return json.loads(json.dumps(out))
 
 
-class ResumeMismatch(ValueError):
-    """The run directory's checkpoint was trained with another config; names the differing keys."""
+ResumeMismatch = checkpoint.ResumeMismatch  # re-exported for the CLI
 
 
 def lr_lambda(warmup: int, total: int):
@@ -111,31 +108,14 @@ class BCWorkspace:
             "torch_rng": checkpoint.flatten(torch.get_rng_state(), "torch_rng", tensors),
             "config": self.resume_config,
         }
-        cfg = {"kind": self.policy.kind, "spec": self.policy.spec.to_dict(), "config": self.policy.config(),
-               "train": train}
-        path = checkpoint.save(self.ckpt_dir / f"step_{self.step:07d}", tensors, cfg)
-        atomic_write_text(self.ckpt_dir / "latest.json", json.dumps({"step": self.step, "path": path.name}) + "\n")
-        old = sorted(p for p in self.ckpt_dir.glob("step_*") if p.is_dir() and p != path)
-        for p in old[: max(0, len(old) - (self.cfg.keep_checkpoints - 1))]:
-            shutil.rmtree(p, ignore_errors=True)
-        return path
+        return checkpoint.save_training(self.ckpt_dir, self.step, self.policy, tensors, train, self.cfg.keep_checkpoints)
 
     def try_resume(self) -> bool:
         """Continue from checkpoints/latest.json when present; False when there is nothing to resume."""
-        latest = self.ckpt_dir / "latest.json"
-        if not latest.is_file():
+        found = checkpoint.load_training(self.ckpt_dir, self.resume_config)
+        if found is None:
             return False
-        path = self.ckpt_dir / json.loads(latest.read_text())["path"]
-        tensors, cfg = checkpoint.load(path)
-        train = cfg.get("train")
-        if train is None:
-            raise checkpoint.CheckpointError(f"{path} holds no training state; it cannot be resumed")
-        diff = _differing(train["config"], self.resume_config)
-        if diff:
-            raise ResumeMismatch(
-                f"cannot resume {path}: it was trained with a different config for {', '.join(diff)}; "
-                "start a new run directory or restore those values"
-            )
+        tensors, train = found
         self.policy.ema.model.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("ema.")})
         self.policy.load_training_tensors(tensors)
         self.opt.load_state_dict(checkpoint.unflatten(train["optimizer"], tensors))
@@ -203,17 +183,6 @@ class BCWorkspace:
                         prefix="eval/")
         return {"final_eval": final, "train_time_s": train_time, "steps": self.step,
                 "final_loss": log.last("train/loss")}
-
-
-def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(a) | set(b)):
-        x, y = a.get(k), b.get(k)
-        if isinstance(x, dict) and isinstance(y, dict):
-            out += _differing(x, y, f"{prefix}{k}.")
-        elif x != y:
-            out.append(f"{prefix}{k} ({x!r} -> {y!r})")
-    return out
 
 
 def write_results(run_dir: Path, log, result: dict, extra: dict) -> None:

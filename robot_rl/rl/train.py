@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -38,13 +37,11 @@ import numpy as np
 import torch
 
 from robot_rl import checkpoint
-from robot_rl.atomic import atomic_write_text
 from robot_rl.rl.learner import Learner, LearnerConfig
 from robot_rl.rl.replay import Replay, demo_replay, sample_mixed
 from robot_rl.rl.residual import ResidualConfig, ResidualPolicy, from_dict
 from robot_rl.rl.rollout import REWARDS, Collector
 from robot_rl.run_dir import write_metrics
-from robot_rl.train_bc import ResumeMismatch, _differing
 
 # May change between a checkpoint and its resume: they set how long and how visibly the run goes on, not what
 # it learns. Every other key must match.
@@ -171,31 +168,15 @@ class ResidualWorkspace:
         }
         if self.cfg.save_replay:
             train["replay"] = checkpoint.flatten(self.replay.state(), "replay", tensors)
-        cfg = {"kind": self.policy.kind, "spec": self.policy.spec.to_dict(), "config": self.policy.config(),
-               "train": train}
-        path = checkpoint.save(self.ckpt_dir / f"step_{self.env_steps:09d}", tensors, cfg)
-        atomic_write_text(self.ckpt_dir / "latest.json", json.dumps({"step": self.env_steps, "path": path.name}) + "\n")
-        old = sorted(p for p in self.ckpt_dir.glob("step_*") if p.is_dir() and p != path)
-        for p in old[: max(0, len(old) - (self.cfg.keep_checkpoints - 1))]:
-            shutil.rmtree(p, ignore_errors=True)
-        return path
+        return checkpoint.save_training(self.ckpt_dir, self.env_steps, self.policy, tensors, train,
+                                        self.cfg.keep_checkpoints, width=9)
 
     def try_resume(self) -> bool:
         """Continue from checkpoints/latest.json when present; False when there is nothing to resume."""
-        latest = self.ckpt_dir / "latest.json"
-        if not latest.is_file():
+        found = checkpoint.load_training(self.ckpt_dir, self.resume_config)
+        if found is None:
             return False
-        path = self.ckpt_dir / json.loads(latest.read_text())["path"]
-        tensors, cfg = checkpoint.load(path)
-        train = cfg.get("train")
-        if train is None:
-            raise checkpoint.CheckpointError(f"{path} holds no training state; it cannot be resumed")
-        diff = _differing(train["config"], self.resume_config)
-        if diff:
-            raise ResumeMismatch(
-                f"cannot resume {path}: it was trained with a different config for {', '.join(diff)}; "
-                "start a new run directory or restore those values"
-            )
+        tensors, train = found
         self.policy.actor.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("actor.")})
         self.learner.load_state(checkpoint.unflatten(train["learner"], tensors))
         if "replay" in train:
