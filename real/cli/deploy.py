@@ -18,22 +18,15 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from robot_rl.cli.common import env_config, fail, make_env, number, whole
+from real.cli import single_env_and_deploy_config
+from robot_rl.cli.common import fail, make_env, number, whole
 from robot_rl.run_dir import current_run_dir, write_config, write_metrics
 
 
 def check_command_config(cfg: DictConfig):
     """(EnvConfig, DeployConfig) of a robot-rl-deploy config, or fail() naming the bad value."""
-    from real.config import DeployConfigError, deploy_config
 
-    env_cfg = env_config(cfg.env)
-    if env_cfg.backend != "mujoco":
-        fail(f"env.backend={env_cfg.backend!r}: the deployment node uses the MuJoCo C model; set env.backend=mujoco")
-    env_cfg.num_envs = 1
-    try:
-        dcfg = deploy_config(cfg.deploy)
-    except DeployConfigError as e:
-        fail(str(e))
+    env_cfg, dcfg = single_env_and_deploy_config(cfg, "the deployment node uses the MuJoCo C model")
     if not (isinstance(cfg.policy, str) and cfg.policy):
         fail(f"policy={cfg.policy!r} must be 'expert', a checkpoint directory or 'module:function'")
     number("expert_noise", cfg.expert_noise)

@@ -14,25 +14,19 @@ import signal
 import hydra
 from omegaconf import DictConfig
 
-from robot_rl.cli.common import env_config, fail, make_env, number, whole
+from real.cli import single_env_and_deploy_config
+from robot_rl.cli.common import fail, make_env, number, whole
 from robot_rl.run_dir import current_run_dir, write_config, write_metrics
 
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="sim_driver")
 def main(cfg: DictConfig) -> None:
-    from real.config import DeployConfigError, check_against_model, deploy_config
+    from real.config import DeployConfigError, check_against_model
     from real.node import model_joints
     from real.sim_driver import NodeTimeout, SimDriver
     from real.transport import make_transport
 
-    env_cfg = env_config(cfg.env)
-    if env_cfg.backend != "mujoco":
-        fail(f"env.backend={env_cfg.backend!r}: the sim driver steps MuJoCo C in real time; set env.backend=mujoco")
-    env_cfg.num_envs = 1
-    try:
-        dcfg = deploy_config(cfg.deploy)
-    except DeployConfigError as e:
-        fail(str(e))
+    env_cfg, dcfg = single_env_and_deploy_config(cfg, "the sim driver steps MuJoCo C in real time")
     whole("episodes", cfg.episodes, 1)
     whole("seed", cfg.seed)
     rate = number("rate_hz", cfg.rate_hz, 0.0, strict=True)
