@@ -104,6 +104,7 @@ class DiffusionPolicy(BasePolicy):
         self._ddim = ddim_coefficients(self.sampler, self.device)
         self.generator = torch.Generator(self.device).manual_seed(cfg.seed)
         self._traced: tuple | None = None
+        self._ema_params = list(self.ema.model.parameters())
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
@@ -135,43 +136,48 @@ class DiffusionPolicy(BasePolicy):
         return torch.nn.functional.mse_loss(self.net(noisy, t, cond), noise)
 
     # ---- inference ----------------------------------------------------------------------------------
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict_sequence(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Denoised action sequence [B, pred_horizon, A] (unnormalized) with the EMA weights."""
+        """Denoised action sequence [B, pred_horizon, A] (unnormalized) with the EMA weights.
+
+        Inference mode, not just no_grad: it skips version counting on every op, 0.4 ms of a 1.9 ms network
+        call at batch 1 (measured)."""
         cond = self._cond(obs)
         b = cond.shape[0]
         x = torch.randn((b, self.cfg.pred_horizon, self.spec.action_dim), generator=self.generator,
                         device=self.device)
-        net = self._inference_net()
+        net, step_films = self._inference_net()
         film_cond = self.ema.model.film_of_condition(cond)  # the observation part is the same for every step
-        for t, c_x, c_eps, c_prev, c_dir in self._ddim:
-            eps = net(x, t, film_cond)
+        for step_film, (_, c_x, c_eps, c_prev, c_dir) in zip(step_films, self._ddim):
+            eps = net(x, film_cond + step_film)
             x0 = (c_x * x - c_eps * eps).clamp_(-1.0, 1.0)
             x = c_prev * x0 + c_dir * eps
         return self.normalizer.unnormalize("action", x)
 
     def _inference_net(self):
-        """The EMA denoiser as (x, t, film_cond) -> eps; with cfg.jit a frozen TorchScript graph, rebuilt
-        whenever the EMA weights changed (their version counters move on every in-place update or load).
+        """The EMA denoiser as (x, film) -> eps, and the timestep part of the FiLM vector of each DDIM step;
+        with cfg.jit the denoiser is a frozen TorchScript graph. Both are rebuilt whenever the EMA weights
+        changed (their version counters move on every in-place update or load).
 
-        Why TorchScript: at batch 1 the network is ~400 tiny ops, and Python + dispatch overhead is most of
-        its cost; a frozen graph halves it (measured 4.5 -> 2.3 ms CPU per call). torch.compile gave no gain
+        Why TorchScript: at batch 1 the network is ~300 tiny ops, and Python + dispatch overhead is most of
+        its cost; a frozen graph halves it (measured 3.3 -> 1.45 ms per call). torch.compile gave no gain
         here (8.0 vs 9.0 ms) for 30-70 s of compilation. TorchScript is deprecated, hence the warning filter;
         `jit: false` keeps the eager path.
         """
-        if not self.cfg.jit:
-            return lambda x, t, film_cond: self.ema.model(x, t, film_cond=film_cond)
-        version = sum(p._version for p in self.ema.model.parameters())
+        version = sum(p._version for p in self._ema_params)
         if self._traced is None or self._traced[0] != version:
-            import warnings
+            model = self.ema.model
+            step_films = [model.film_of_step(t) for t, *_ in self._ddim]
+            if self.cfg.jit:
+                import warnings
 
-            wrapper = _Denoiser(self.ema.model).eval()
-            x = torch.zeros((1, self.cfg.pred_horizon, self.spec.action_dim), device=self.device)
-            fc = torch.zeros((1, self.ema.model.film_cond.out_features), device=self.device)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                graph = torch.jit.freeze(torch.jit.trace(wrapper, (x, self._ddim[0][0], fc)))
-            self._traced = (version, graph)
+                x = torch.zeros((1, self.cfg.pred_horizon, self.spec.action_dim), device=self.device)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    net = torch.jit.freeze(torch.jit.trace(_Denoiser(model).eval(), (x, step_films[0])))
+            else:
+                net = model.denoise
+            self._traced = (version, (net, step_films))
         return self._traced[1]
 
     def act(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:
@@ -223,8 +229,8 @@ class _Denoiser(torch.nn.Module):
         super().__init__()
         self.net = net
 
-    def forward(self, x, t, film_cond):
-        return self.net(x, t, film_cond=film_cond)
+    def forward(self, x, film):
+        return self.net.denoise(x, film)
 
 
 def ddim_coefficients(sampler, device) -> list[tuple]:
