@@ -1,4 +1,5 @@
-"""The quickstart pipeline: scripted expert -> noisy demonstrations -> diffusion BC -> evaluation.
+"""The quickstart pipeline: scripted expert -> noisy demonstrations -> diffusion BC -> evaluation -> residual RL
+on the BC policy -> evaluation of base + residual on the same episodes.
 
 Each stage writes into its own folder of the run directory and, when it finished, a `done.json` with its
 results; a rerun in the same run directory reuses finished stages (`force=true` redoes them). A stage
@@ -8,6 +9,8 @@ that fails stops the pipeline with its message and leaves the earlier stages' ou
     <run>/demos/episodes.zarr       noisy expert demonstrations (episode store)
     <run>/bc/                       the BC training run (policy/, checkpoints/, tb/, curves.png, videos/)
     <run>/eval_bc/metrics.json      the BC policy, evaluated on held-out seeds, and its videos
+    <run>/residual/                 the residual RL run (policy/ = BC base + residual, tb/, curves.png)
+    <run>/eval_residual/            base + residual on the eval_bc episodes, and its videos
     <run>/metrics.json              every stage's summary
 """
 
@@ -22,7 +25,7 @@ from typing import Callable
 from robot_rl.atomic import atomic_write_text
 from robot_rl.run_dir import write_metrics
 
-STAGES = ("expert", "demos", "bc", "eval_bc")
+STAGES = ("expert", "demos", "bc", "eval_bc", "residual", "eval_residual")
 
 
 class StageFailed(RuntimeError):

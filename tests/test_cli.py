@@ -33,25 +33,33 @@ def _compose(*overrides: str):
 
 TINY_BC = ["demos=6", "bc.steps=3", "bc.batch_size=16", "policy.dims=[16,32]", "policy.step_embed_dim=16",
            "policy.pred_horizon=8", "policy.action_horizon=4", "policy.inference_steps=3"]
+TINY_RL = ["rl.time_budget_s=0", "rl.env_steps=40", "rl.learning_starts=20", "rl.residual.hidden=[16]",
+           "rl.learner.num_critics=2", "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16",
+           "rl.learner.critic_warmup=5"]
 
 
 def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
-    proc = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, tmp_path=tmp_path)
+    proc = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stages = json.loads((tmp_path / "metrics.json").read_text())["stages"]
-    assert set(stages) == {"expert", "demos", "bc", "eval_bc"}
+    assert set(stages) == {"expert", "demos", "bc", "eval_bc", "residual", "eval_residual"}
     assert stages["expert"]["episodes"] == 4 and stages["expert"]["success_rate"] == 1.0
     assert stages["demos"]["episodes"] == 6 and stages["bc"]["steps"] == 3
     assert 0.0 <= stages["eval_bc"]["success_rate"] <= 1.0 and len(stages["eval_bc"]["videos"]) == 1
+    assert stages["residual"]["env_steps"] == 40 and stages["residual"]["updates"] > 0
+    assert stages["eval_residual"]["episodes"] == 4 and stages["eval_residual"]["seed"] == stages["eval_bc"]["seed"]
     for path in ("config.yaml", "demos/episodes.zarr", "bc/policy/model.safetensors", "bc/curves.png",
-                 "eval_bc/videos/episode_0.mp4"):
+                 "eval_bc/videos/episode_0.mp4", "residual/policy/config.json", "residual/curves.png",
+                 "eval_residual/videos/episode_0.mp4"):
         assert (tmp_path / path).exists(), path
-    assert "scripted expert success rate" in proc.stdout and "diffusion BC success rate" in proc.stdout
+    for line in ("scripted expert success rate", "diffusion BC success rate", "BC + residual RL success rate",
+                 "residual RL: 40 env steps"):
+        assert line in proc.stdout, line
     assert str(tmp_path) in proc.stdout
     policy_mtime = (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns
-    again = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, tmp_path=tmp_path)
+    again = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, tmp_path=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert again.stdout.count("(reused)") == 2
+    assert again.stdout.count("(reused)") == 3
     assert (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns == policy_mtime
 
 

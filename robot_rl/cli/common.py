@@ -84,3 +84,18 @@ def set_torch_threads(n: int) -> None:
         import torch
 
         torch.set_num_threads(n)
+
+
+def load_checkpoint(path: str, env, device: str = "cpu"):
+    """A BasePolicy checkpoint checked against `env`, or fail() naming the file or the mismatch."""
+    from policies import SpecMismatch, load_policy
+    from robot_rl.checkpoint import CheckpointError
+
+    try:
+        policy = load_policy(path, device=str(device))
+        policy.spec.check_env(env)
+    except (CheckpointError, SpecMismatch) as e:
+        fail(str(e))
+    except RuntimeError as e:  # e.g. an unavailable torch device
+        fail(f"cannot load {path} on device {device!r}: {str(e).splitlines()[0]}")
+    return policy

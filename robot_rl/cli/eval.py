@@ -14,15 +14,13 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from robot_rl.cli.common import env_config, fail, make_env, number, progress_bar, set_torch_threads, whole
+from robot_rl.cli.common import (env_config, fail, load_checkpoint, make_env, number, progress_bar, set_torch_threads,
+                                 whole)
 from robot_rl.run_dir import current_run_dir, write_config, write_metrics
 
 
 def load(policy: str, env, cfg: DictConfig):
     """The policy to evaluate: a checkpoint directory or "expert"."""
-    from policies import SpecMismatch, load_policy
-    from robot_rl.checkpoint import CheckpointError
-
     if policy == "expert":
         from policies.expert import ExpertPolicy
 
@@ -30,14 +28,7 @@ def load(policy: str, env, cfg: DictConfig):
             return ExpertPolicy(env, noise=number("expert_noise", cfg.expert_noise), seed=int(cfg.seed))
         except ValueError as e:
             fail(str(e))
-    try:
-        pol = load_policy(policy, device=str(cfg.device))
-        pol.spec.check_env(env)
-    except (CheckpointError, SpecMismatch) as e:
-        fail(str(e))
-    except RuntimeError as e:  # e.g. an unavailable torch device
-        fail(f"cannot load {policy} on device {cfg.device!r}: {str(e).splitlines()[0]}")
-    return pol
+    return load_checkpoint(policy, env, str(cfg.device))
 
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="eval")

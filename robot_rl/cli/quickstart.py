@@ -1,6 +1,7 @@
 """robot-rl-quickstart: the stack on one task in one command (stages in robot_rl/quickstart.py).
 
     robot-rl-quickstart                         # lift: expert -> 100 noisy demos -> diffusion BC -> evaluation
+                                                # -> 5 min of residual RL -> evaluation
     robot-rl-quickstart task=push bc.steps=3000 name=push
     robot-rl-quickstart stages=[expert]         # only evaluate the scripted expert
 
@@ -16,6 +17,7 @@ from omegaconf import DictConfig
 
 from robot_rl.cli.common import env_config, fail, make_env, number, progress_bar, set_torch_threads, whole
 from robot_rl.cli.train_bc import bc_config, open_store, policy_config
+from robot_rl.cli.train_residual import rl_config
 from robot_rl.run_dir import current_run_dir, write_config
 
 
@@ -44,6 +46,7 @@ def main(cfg: DictConfig) -> None:
     run_dir = current_run_dir()
     demos_path = run_dir / "demos" / "episodes.zarr"
     bc_cfg = bc_config(cfg.bc, env_cfg, str(demos_path), where="bc.") if "bc" in stages else None
+    rl_cfg = rl_config(cfg.rl) if "residual" in stages else None
     set_torch_threads(int(cfg.torch_threads))
     write_config(run_dir, cfg)
 
@@ -99,8 +102,35 @@ def main(cfg: DictConfig) -> None:
                 policy = load_policy(run_dir / "bc" / "policy")
                 return summary(evaluate(policy, "BC policy", out, videos=int(cfg.videos)))
 
+            def residual(out):
+                from policies import load_policy
+                from robot_rl.rl.train import ResidualWorkspace, write_results
+                from robot_rl.run_log import RunLog
+
+                store = open_store(str(demos_path), env_cfg, env.obs_dims)
+                ws = ResidualWorkspace(out, rl_cfg, env, load_policy(run_dir / "bc" / "policy"), demo_store=store)
+                log = RunLog(out)
+                by_time = rl_cfg.time_budget_s > 0
+                task = bar.add_task("residual RL" + (" (training s)" if by_time else " (env steps)"),
+                                    total=rl_cfg.time_budget_s if by_time else rl_cfg.env_steps)
+                result = ws.run(log, lambda steps: bar.update(task, completed=ws.train_time if by_time else steps))
+                bar.update(task, completed=rl_cfg.time_budget_s if by_time else rl_cfg.env_steps)
+                write_results(out, log, result, {"task": env_cfg.task, "base": str(run_dir / "bc" / "policy"),
+                                                 "demos": str(demos_path)})
+                log.close()
+                store.close()
+                return {"policy": str(out / "policy"), "env_steps": result["env_steps"], "updates": result["updates"],
+                        "train_time_s": result["train_time_s"]}
+
+            def eval_residual(out):
+                from policies import load_policy
+
+                policy = load_policy(run_dir / "residual" / "policy")
+                return summary(evaluate(policy, "BC + residual", out, videos=int(cfg.videos)))
+
             pipe = Pipeline(run_dir, force=bool(cfg.force))
-            for name, fn in (("expert", expert), ("demos", demos), ("bc", bc), ("eval_bc", eval_bc)):
+            for name, fn in (("expert", expert), ("demos", demos), ("bc", bc), ("eval_bc", eval_bc),
+                             ("residual", residual), ("eval_residual", eval_residual)):
                 if name in stages:
                     pipe.stage(name, fn)
     except StageFailed as e:
@@ -117,7 +147,8 @@ def summary(m: dict) -> dict:
 
 def _print(results: dict, env_cfg, wall: float, run_dir) -> None:
     task = f"{env_cfg.task} / {env_cfg.backend}"
-    for name, label in (("expert", "scripted expert"), ("eval_bc", "diffusion BC")):
+    for name, label in (("expert", "scripted expert"), ("eval_bc", "diffusion BC"),
+                        ("eval_residual", "BC + residual RL")):
         if name in results:
             r = results[name]
             lo, hi = r["success_ci95"]
@@ -127,6 +158,9 @@ def _print(results: dict, env_cfg, wall: float, run_dir) -> None:
     if "demos" in results:
         d = results["demos"]
         print(f"demos: {d['episodes']} episodes, {d['steps']} steps, noise {d['noise']}, success {d['success_rate']:.2f}")
+    if "residual" in results:
+        r = results["residual"]
+        print(f"residual RL: {r['env_steps']} env steps, {r['updates']} updates, {r['train_time_s']:.0f} s of training")
     print(f"wall time {wall:.0f} s; run dir: {run_dir}")
 
 

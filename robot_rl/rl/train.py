@@ -45,8 +45,8 @@ from robot_rl.run_dir import write_metrics
 
 # May change between a checkpoint and its resume: they set how long and how visibly the run goes on, not what
 # it learns. Every other key must match.
-FREE_KEYS = ("env_steps", "time_budget_s", "eval_every", "eval_episodes", "eval_seed", "log_every", "ckpt_every",
-             "keep_checkpoints", "save_replay", "final_eval")
+FREE_KEYS = ("env_steps", "time_budget_s", "eval_every", "eval_episodes", "final_eval_episodes", "videos", "eval_seed",
+             "log_every", "ckpt_every", "keep_checkpoints", "save_replay", "final_eval")
 
 
 @dataclasses.dataclass
@@ -63,6 +63,8 @@ class ResidualRLConfig:
     replay_capacity: int = 300_000  # online transitions kept
     eval_every: int = 25_000  # env steps between evaluations (0: only the final one)
     eval_episodes: int = 50
+    final_eval_episodes: int = 0  # episodes of the final evaluation (0: eval_episodes)
+    videos: int = 0  # mp4s of the final evaluation's first episodes, in <run dir>/videos (<= eval env's num_envs)
     eval_seed: int = 1000  # evaluation episodes never share the training episodes' seeds
     log_every: int = 5_000  # env steps between TensorBoard points
     ckpt_every: int = 25_000  # env steps between checkpoints
@@ -79,7 +81,8 @@ class ResidualRLConfig:
         if isinstance(self.learner, dict):
             self.learner = LearnerConfig.from_dict(self.learner)
         whole = {"env_steps": 1, "learning_starts": 0, "replay_capacity": 1, "eval_every": 0, "eval_episodes": 1,
-                 "eval_seed": 0, "log_every": 1, "ckpt_every": 1, "keep_checkpoints": 1, "seed": 0}
+                 "final_eval_episodes": 0, "videos": 0, "eval_seed": 0, "log_every": 1, "ckpt_every": 1,
+                 "keep_checkpoints": 1, "seed": 0}
         for name, lo in whole.items():
             v = getattr(self, name)
             if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
@@ -207,11 +210,12 @@ class ResidualWorkspace:
         c = self.cfg.learner
         return sample_mixed(self.replay, self.demos, c.batch_size, self.cfg.demo_fraction, c.n_step, c.gamma, self.rng)
 
-    def evaluate(self, episodes: int | None = None) -> dict:
+    def evaluate(self, episodes: int | None = None, videos: int = 0) -> dict:
         from robot_rl.evaluation import evaluate_policy
 
         env = self.eval_env if self.eval_env is not None else self.env
-        metrics = evaluate_policy(env, self.policy, episodes or self.cfg.eval_episodes, seed=self.cfg.eval_seed)
+        metrics = evaluate_policy(env, self.policy, episodes or self.cfg.eval_episodes, seed=self.cfg.eval_seed,
+                                  videos=videos, video_dir=self.run_dir / "videos" if videos else None)
         if self.eval_env is None:
             self.restart_envs()  # evaluation reset the shared env: training episodes start over
         return metrics
@@ -260,8 +264,8 @@ class ResidualWorkspace:
             if crossed(cfg.eval_every) and self.env_steps < cfg.env_steps:
                 with clock.paused():
                     m = self.evaluate()
-                log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"]}, self.env_steps,
-                            prefix="eval/")
+                log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"],
+                             "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
             if crossed(cfg.ckpt_every):
                 self.save()
                 saved_at = self.env_steps
@@ -275,9 +279,9 @@ class ResidualWorkspace:
         final = None
         if cfg.final_eval:
             with clock.paused():
-                final = self.evaluate()
-            log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"]}, self.env_steps,
-                        prefix="eval/")
+                final = self.evaluate(cfg.final_eval_episodes or cfg.eval_episodes, videos=cfg.videos)
+            log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"],
+                         "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
         log.plot(self.run_dir / "curves.png",
                  ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean", "residual/abs_mean",
                   "perf/updates_per_s"], title=f"residual RL {self.env.cfg.task}")

@@ -1,0 +1,161 @@
+"""robot-rl-train-residual: residual off-policy RL on a frozen base policy, and its baselines.
+
+    robot-rl-train-residual task=lift base=runs/train_bc/<run>/policy demos=data/lift.zarr
+    robot-rl-train-residual task=lift mode=scratch demos=data/lift.zarr        # RL from scratch, same harness
+    robot-rl-train-residual task=lift mode=base base=runs/train_bc/<run>/policy  # the base alone, evaluated
+
+Writes runs/train_residual/<timestamp>-<name>/ (see robot_rl/rl/train.py): policy/ (base + residual, a
+BasePolicy checkpoint that robot-rl-eval and robot-rl-deploy load unchanged), tb/, metrics.json, curves.png,
+checkpoints/, videos/. Run it again with hydra.run.dir=<that directory> to resume. Evaluations run on a
+separate env (eval_num_envs), so training episodes are never cut by them.
+`python -m robot_rl.rl.compare` plots several runs' success curves on one figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from robot_rl.cli.common import env_config, fail, load_checkpoint, make_env, progress_bar, set_torch_threads, whole
+from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+
+MODES = ("residual", "scratch", "base")
+
+
+def rl_config(node):
+    """Validated ResidualRLConfig from the `rl` node."""
+    from robot_rl.rl.train import ResidualRLConfig
+
+    try:
+        return ResidualRLConfig.from_dict(OmegaConf.to_container(node, resolve=True))
+    except (TypeError, ValueError) as e:
+        fail(str(e).replace("residual RL", "rl"))
+
+
+def _configs(cfg: DictConfig):
+    env_cfg = env_config(cfg.env)
+    if cfg.mode not in MODES:
+        fail(f"mode={cfg.mode!r}; valid: {', '.join(MODES)}")
+    rl = rl_config(cfg.rl)
+    if cfg.mode == "scratch":
+        if cfg.base:
+            fail("mode=scratch trains without a base policy; drop base=... (or use mode=residual)")
+    elif not (isinstance(cfg.base, str) and cfg.base):
+        fail(f"mode={cfg.mode} needs base=PATH, a BasePolicy checkpoint directory (robot-rl-train-bc writes "
+             f"<run>/policy)")
+    if cfg.demos is not None and not (isinstance(cfg.demos, str) and cfg.demos):
+        fail(f"demos={cfg.demos!r} must be an episode store path or null")
+    eval_n = whole("eval_num_envs", cfg.eval_num_envs, 0) or env_cfg.num_envs
+    if rl.videos > eval_n:
+        fail(f"rl.videos={rl.videos} must be <= the evaluation envs ({eval_n}: eval_num_envs or env.num_envs)")
+    whole("torch_threads", cfg.torch_threads, 0)
+    return env_cfg, rl, dataclasses.replace(env_cfg, num_envs=eval_n)
+
+
+def _evaluate_base(run_dir: Path, env_cfg, eval_env, base, rl, cfg, t0: float) -> dict:
+    """mode=base: the base alone through the same evaluation as every other run, written as a one-point curve."""
+    from robot_rl.evaluation import evaluate_policy
+
+    episodes = rl.final_eval_episodes or rl.eval_episodes
+    with progress_bar() as bar:
+        task = bar.add_task(f"base alone {env_cfg.task}", total=episodes)
+        m = evaluate_policy(eval_env, base, episodes, seed=rl.eval_seed, videos=rl.videos,
+                            video_dir=run_dir / "videos", progress=lambda n: bar.advance(task, n))
+    write_metrics(run_dir, {
+        "mode": "base", "task": env_cfg.task, "base": str(cfg.base), "success_rate": m["success_rate"],
+        "success_ci95": m["success_ci95"], "eval": {k: v for k, v in m.items() if k != "episode_ids"},
+        "eval_episode_ids": m["episode_ids"], "history": {"eval/success_rate": [[0, m["success_rate"]]]},
+        "wall_time_s": time.perf_counter() - t0,
+    })
+    return m
+
+
+@hydra.main(version_base=None, config_path="pkg://configs", config_name="train_residual")
+def main(cfg: DictConfig) -> None:
+    env_cfg, rl, eval_env_cfg = _configs(cfg)
+    set_torch_threads(int(cfg.torch_threads))
+    run_dir = current_run_dir()
+    t0 = time.perf_counter()
+
+    from robot_rl.checkpoint import CheckpointError, ResumeMismatch
+    from robot_rl.cli.train_bc import open_store
+    from robot_rl.evaluation import evaluate_policy
+    from robot_rl.rl.train import ResidualWorkspace, from_scratch, write_results
+    from robot_rl.run_log import RunLog
+
+    env = make_env(env_cfg)
+    eval_env = make_env(eval_env_cfg)
+    store = None
+    try:
+        base = None if cfg.mode == "scratch" else load_checkpoint(cfg.base, env, str(cfg.device))
+        if cfg.mode == "base":
+            write_config(run_dir, cfg)
+            m = _evaluate_base(run_dir, env_cfg, eval_env, base, rl, cfg, t0)
+            lo, hi = m["success_ci95"]
+            print(f"{env_cfg.task}: base alone success {m['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over "
+                  f"{m['episodes']} episodes")
+            print(f"run dir: {run_dir}")
+            return
+        if cfg.demos:
+            store = open_store(cfg.demos, env_cfg, env.obs_dims)
+        if cfg.mode == "scratch":
+            rl = from_scratch(rl)
+        ws = ResidualWorkspace(run_dir, rl, env, base, demo_store=store, eval_env=eval_env)
+        try:
+            resumed = ws.try_resume()
+        except (ResumeMismatch, CheckpointError) as e:
+            fail(str(e))
+        write_config(run_dir, cfg)
+        log = RunLog(run_dir, resume_step=ws.env_steps if resumed else None)
+        extra = {"mode": cfg.mode, "task": env_cfg.task, "base": cfg.base, "demos": cfg.demos,
+                 "num_envs": env_cfg.num_envs, "resumed_from": ws.env_steps if resumed else None}
+        if resumed:
+            print(f"resuming {run_dir} from env step {ws.env_steps}")
+        elif base is not None:  # s0 of this run, on the same evaluation episodes as the residual's
+            episodes = rl.final_eval_episodes or rl.eval_episodes
+            with progress_bar() as bar:
+                task = bar.add_task(f"base alone {env_cfg.task}", total=episodes)
+                m0 = evaluate_policy(eval_env, base, episodes, seed=rl.eval_seed,
+                                     progress=lambda n: bar.advance(task, n))
+            log.scalar("eval/base_success_rate", m0["success_rate"], 0)
+            extra["base_eval"] = {k: v for k, v in m0.items() if k != "episode_ids"}
+            print(f"base alone: success {m0['success_rate']:.3f} over {m0['episodes']} episodes")
+        try:
+            with progress_bar() as bar:
+                by_time = rl.time_budget_s > 0
+                task = bar.add_task(f"{cfg.mode} RL {env_cfg.task}" + (" (training s)" if by_time else " (env steps)"),
+                                    total=rl.time_budget_s if by_time else rl.env_steps)
+
+                def progress(steps: int) -> None:
+                    done = ws.train_time if by_time else steps
+                    if by_time and steps >= rl.env_steps:
+                        done = rl.time_budget_s
+                    bar.update(task, completed=done)
+
+                result = ws.run(log, progress)
+        except FloatingPointError as e:
+            fail(str(e))
+        write_results(run_dir, log, result, {**extra, "wall_time_s": time.perf_counter() - t0})
+        log.close()
+    finally:
+        if store is not None:
+            store.close()
+        env.close()
+        eval_env.close()
+    final = result["final_eval"]
+    done = (f"{env_cfg.task} ({cfg.mode}): {result['env_steps']} env steps, {result['updates']} updates, "
+            f"{result['train_time_s']:.0f} s of training")
+    if final is not None:
+        lo, hi = final["success_ci95"]
+        done += f"; success {final['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over {final['episodes']} episodes"
+    print(done)
+    print(f"policy: {run_dir / 'policy'}")
+    print(f"run dir: {run_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""One figure of several runs' evaluation success: residual RL, RL from scratch and the base alone.
+
+    python -m robot_rl.rl.compare residual=runs/train_residual/<a> scratch=runs/train_residual/<b> \
+        base=runs/train_residual/<c> --out compare.png [--x time]
+
+Reads each run directory's metrics.json (`history["eval/success_rate"]`, and `eval/train_time_s` for a time
+axis). A run with a single point (mode=base: a policy that does not train) is drawn as a horizontal line
+across the figure, with its 95% interval as a band when metrics.json has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+X_AXES = ("steps", "time")
+
+
+def load_curve(run_dir: str | Path, x: str = "steps") -> dict:
+    """{"x": [...], "y": [...], "ci": (lo, hi) | None} of a run's evaluation success (x: env steps or training s)."""
+    if x not in X_AXES:
+        raise ValueError(f"x={x!r}; valid: {', '.join(X_AXES)}")
+    path = Path(run_dir) / "metrics.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a finished run directory?")
+    metrics = json.loads(path.read_text())
+    hist = metrics.get("history", {})
+    points = hist.get("eval/success_rate", [])
+    if not points:
+        raise ValueError(f"{path} has no eval/success_rate history (was the run evaluated?)")
+    steps, ys = [p[0] for p in points], [p[1] for p in points]
+    if x == "time" and len(points) > 1:
+        times = dict((s, t) for s, t in hist.get("eval/train_time_s", []))
+        missing = [s for s in steps if s not in times]
+        if missing:
+            raise ValueError(f"{path}: no eval/train_time_s at env steps {missing[:3]}; plot with x=steps")
+        xs = [times[s] for s in steps]
+    else:
+        xs = steps
+    ci = metrics.get("success_ci95")
+    return {"x": xs, "y": ys, "ci": tuple(ci) if ci else None}
+
+
+def plot_comparison(runs: dict[str, str | Path], out: str | Path, x: str = "steps", title: str = "") -> Path:
+    """PNG at `out` with one curve per labelled run (written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {label: load_curve(d, x) for label, d in runs.items()}
+    trained = [c for c in curves.values() if len(c["x"]) > 1]
+    right = max((max(c["x"]) for c in trained), default=1.0)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, c in curves.items():
+        if len(c["x"]) > 1:
+            line, = ax.plot(c["x"], c["y"], marker="o", ms=3, label=label)
+            if c["ci"]:  # the interval of the final evaluation
+                ax.errorbar([c["x"][-1]], [c["y"][-1]], yerr=[[c["y"][-1] - c["ci"][0]], [c["ci"][1] - c["y"][-1]]],
+                            color=line.get_color(), capsize=4)
+        else:
+            line, = ax.plot([0, right], [c["y"][0]] * 2, ls="--", label=label)
+            if c["ci"]:
+                ax.fill_between([0, right], c["ci"][0], c["ci"][1], color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("env steps" if x == "steps" else "training time (s)")
+    ax.set_ylabel("evaluation success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="label=RUN_DIR")
+    ap.add_argument("--out", required=True, help="PNG path")
+    ap.add_argument("--x", choices=X_AXES, default="steps", help="x axis: env steps or training seconds")
+    ap.add_argument("--title", default="")
+    args = ap.parse_args(argv)
+    runs = {}
+    for item in args.runs:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            ap.error(f"{item!r}: give runs as label=RUN_DIR")
+        runs[label] = path
+    try:
+        print(plot_comparison(runs, args.out, args.x, args.title))
+    except (FileNotFoundError, ValueError) as e:
+        ap.exit(2, f"{ap.prog}: error: {e}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""robot-rl-train-residual as a user runs it: residual, scratch and base-alone runs in one harness, a result
+that robot-rl-eval loads unchanged, resume, the comparison figure, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import sim
+from conftest import assert_one_line_error, run_cli
+from policies import load_policy
+from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
+from robot_rl.data.stats import KeyStats
+from robot_rl.rl.compare import plot_comparison
+
+TINY_ENV = ["env.num_envs=2", "+env.task_config.episode_steps=10", "eval_num_envs=2"]
+TINY_RL = ["rl.learning_starts=20", "rl.eval_every=40", "rl.eval_episodes=2", "rl.final_eval_episodes=2",
+           "rl.videos=0", "rl.log_every=20", "rl.ckpt_every=40", "rl.time_budget_s=0", "rl.residual.hidden=[16]",
+           "rl.learner.num_critics=2", "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16",
+           "rl.learner.critic_warmup=5"]
+
+
+def _checkpoint(task: str, path) -> str:
+    """A small diffusion BasePolicy for `task`, saved as a checkpoint directory (untrained: only the plumbing
+    is under test here)."""
+    env = sim.make(task, num_envs=1)
+    try:
+        dims = {**{f"obs/{k}": d for k, d in env.obs_dims.items()}, "action": env.action_dim}
+        spec = dict(task=task, obs_dims=dict(env.obs_dims), action_dim=env.action_dim)
+    finally:
+        env.close()
+    stats = {k: KeyStats(min=-np.ones(d), max=np.ones(d), mean=np.zeros(d), std=np.ones(d), count=10)
+             for k, d in dims.items()}
+    torch.manual_seed(0)
+    cfg = DiffusionConfig(dims=(16, 32), step_embed_dim=16, pred_horizon=8, action_horizon=4, inference_steps=3,
+                          train_steps=20)
+    return str(DiffusionPolicy.from_stats(spec, cfg, stats).save(path))
+
+
+@pytest.fixture(scope="module")
+def lift_base(tmp_path_factory):
+    return _checkpoint("lift", tmp_path_factory.mktemp("bases") / "lift")
+
+
+def _train(*args: str, run, timeout: float = 300):
+    return run_cli("robot-rl-train-residual", "task=lift", *TINY_ENV, *TINY_RL, *args, f"hydra.run.dir={run}",
+                   timeout=timeout)
+
+
+def test_residual_run_gives_a_policy_robot_rl_eval_loads_and_resumes(lift_base, tmp_path):
+    run = tmp_path / "residual"
+    proc = _train(f"base={lift_base}", "rl.env_steps=80", run=run)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "base alone: success" in proc.stdout and "lift (residual): 80 env steps" in proc.stdout
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["mode"] == "residual" and metrics["env_steps"] == 80 and metrics["updates"] > 0
+    assert metrics["base_eval"]["episodes"] == 2 and metrics["eval"]["episodes"] == 2
+    hist = metrics["history"]
+    for tag in ("eval/success_rate", "eval/train_time_s", "rollout/success_rate", "q/mean", "residual/abs_mean",
+                "perf/updates_per_s", "perf/env_steps_per_s"):
+        assert hist.get(tag), tag
+    assert [s for s, _ in hist["eval/success_rate"]] == [40, 80]
+    assert (run / "curves.png").is_file() and list((run / "tb").iterdir())
+    assert load_policy(run / "policy").kind == "residual"
+
+    ev = run_cli("robot-rl-eval", f"policy={run / 'policy'}", "task=lift", "episodes=2", "videos=0",
+                 "env.num_envs=2", f"hydra.run.dir={tmp_path / 'eval'}")
+    assert ev.returncode == 0, ev.stdout + ev.stderr
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["episodes"] == 2
+
+    more = _train(f"base={lift_base}", "rl.env_steps=120", run=run)
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert "resuming" in more.stdout and "from env step 80" in more.stdout
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["resumed_from"] == 80 and metrics["env_steps"] == 120
+    assert [s for s, _ in metrics["history"]["eval/success_rate"]] == [40, 80, 120]
+
+    changed = _train(f"base={lift_base}", "rl.env_steps=160", "rl.learner.gamma=0.9", run=run)
+    assert_one_line_error(changed, "learner.gamma (0.99 -> 0.9)")
+
+
+def test_scratch_and_base_alone_runs_plot_with_the_residual_on_one_figure(lift_base, tmp_path):
+    scratch = _train("mode=scratch", "rl.env_steps=40", run=tmp_path / "scratch")
+    assert scratch.returncode == 0, scratch.stdout + scratch.stderr
+    m = json.loads((tmp_path / "scratch" / "metrics.json").read_text())
+    assert m["mode"] == "scratch" and "base_eval" not in m
+    assert "mode: scratch" in (tmp_path / "scratch" / "config.yaml").read_text()
+
+    alone = _train("mode=base", f"base={lift_base}", run=tmp_path / "base")
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert "base alone success" in alone.stdout
+    m = json.loads((tmp_path / "base" / "metrics.json").read_text())
+    assert m["mode"] == "base" and m["eval"]["episodes"] == 2 and len(m["history"]["eval/success_rate"]) == 1
+
+    out = plot_comparison({"scratch": tmp_path / "scratch", "base alone": tmp_path / "base"}, tmp_path / "cmp.png")
+    assert out.stat().st_size > 10_000
+    with pytest.raises(ValueError, match="no eval/success_rate history"):
+        (tmp_path / "empty").mkdir()
+        (tmp_path / "empty" / "metrics.json").write_text('{"history": {}}')
+        plot_comparison({"x": tmp_path / "empty"}, tmp_path / "x.png")
+
+
+def test_bad_inputs_stop_before_training_with_one_line(lift_base, tmp_path):
+    push_base = _checkpoint("push", tmp_path / "push")
+    wrong = _train(f"base={push_base}", run=tmp_path / "wrong")
+    assert_one_line_error(wrong, "task: policy 'push', env 'lift'")
+    assert not (tmp_path / "wrong" / "checkpoints").exists() and not (tmp_path / "wrong" / "metrics.json").exists()
+
+    assert_one_line_error(_train(run=tmp_path / "nobase"), "mode=residual needs base=PATH")
+    assert_one_line_error(_train("mode=scratch", f"base={lift_base}", run=tmp_path / "both"),
+                          "mode=scratch trains without a base policy")
+    assert_one_line_error(_train(f"base={tmp_path / 'missing'}", run=tmp_path / "missing_run"), "missing")
