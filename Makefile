@@ -10,8 +10,13 @@ export JAX_PLATFORMS
 
 install: $(VENV)/.installed
 
+# Debian's Chromium renders the quickstart report headless (its test takes a screenshot); needs root for apt.
+CHROMIUM_INSTALL = command -v chromium >/dev/null || { apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+
 # torch goes in first (the local CPU wheel) so the editable install does not pull a CUDA build.
 $(VENV)/.installed: pyproject.toml
+	$(CHROMIUM_INSTALL)
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install torch==2.13.0

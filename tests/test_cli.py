@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 # The console script next to the interpreter running the tests (the venv's bin dir); sys.executable is
@@ -22,6 +24,16 @@ def _quickstart(*overrides: str, tmp_path: Path) -> subprocess.CompletedProcess:
         [str(QUICKSTART), *overrides, f"hydra.run.dir={tmp_path}"],
         capture_output=True, text=True, timeout=300, env=env,
     )
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Debian's headless Chromium (installed by `make`), without network chatter, on a fresh profile."""
+    exe = shutil.which("chromium")
+    assert exe, "chromium is missing: `make install` installs Debian's chromium package (apt, as root)"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+    return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=120)
 
 
 def _compose(*overrides: str):
@@ -56,6 +68,20 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
                  "residual RL: 40 env steps"):
         assert line in proc.stdout, line
     assert str(tmp_path) in proc.stdout
+    report = tmp_path / "report.html"
+    assert f"report: {report}" in proc.stdout and (tmp_path / "report.md").is_file()
+    assert "| BC + residual RL |" in (tmp_path / "report.md").read_text()
+    dom = _chromium(tmp_path, "--dump-dom", report.as_uri())
+    assert dom.returncode == 0, dom.stderr
+    for text in ("Success rates", "diffusion BC", "BC + residual RL", "Learning curves", "Final policy"):
+        assert text in dom.stdout, text
+    shot = tmp_path / "report.png"
+    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1000,1600", "--hide-scrollbars", report.as_uri())
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(shot).convert("RGB"))
+    assert pixels.shape[:2] == (1600, 1000)
+    assert (pixels < 200).any(-1).mean() > 0.02, "the page rendered nearly blank"
     policy_mtime = (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns
     again = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, tmp_path=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr

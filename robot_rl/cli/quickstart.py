@@ -137,7 +137,13 @@ def main(cfg: DictConfig) -> None:
         fail(str(e))
     finally:
         env.close()
-    _print(pipe.results, env_cfg, time.perf_counter() - t0, run_dir)
+    from robot_rl.report import write_report
+
+    wall = time.perf_counter() - t0
+    report, _ = write_report(run_dir, pipe.results, title=f"robot_rl quickstart: {env_cfg.task}",
+                             meta={"task": env_cfg.task, "backend": env_cfg.backend, "wall time (s)": wall})
+    _print(pipe.results, env_cfg, wall, run_dir)
+    print(f"report: {report}")
 
 
 def summary(m: dict) -> dict:
