@@ -28,14 +28,15 @@ from robot_rl.run_dir import write_metrics
 
 # Changing any of these between a checkpoint and its resume would silently train another model
 # (`steps` may grow: that extends the run).
-RESUME_KEYS = ("batch_size", "lr", "weight_decay", "warmup_steps", "seed")
+RESUME_KEYS = ("batch_size", "lr", "weight_decay", "warmup_steps", "seed", "data_weights", "source_weights",
+               "intervention_weight", "autonomous_weight")
 
 
 @dataclasses.dataclass
 class BCConfig:
     """Everything the loop reads besides the env and policy configs (defaults in configs/train_bc.yaml)."""
 
-    data: str
+    data: str | list  # one episode store path, or several (their windows are mixed, see the weights below)
     steps: int = 3000
     batch_size: int = 256
     lr: float = 3e-4
@@ -51,17 +52,49 @@ class BCConfig:
     videos: int = 2
     final_eval: bool = True  # evaluate the final policy in sim (callers that evaluate it themselves turn it off)
     seed: int = 0
+    # Mixing demos and corrections (a window's sampling weight is the product of these):
+    data_weights: list | None = None  # share of the batches drawn from each store in `data`; None: by window count
+    source_weights: dict | None = None  # per episode source (expert, teleop, policy, intervention); missing = 1
+    intervention_weight: float = 1.0  # windows anchored at a human step (the corrections themselves)
+    autonomous_weight: float = 1.0  # policy-controlled steps of source=intervention episodes (0: learn only the fixes)
+    init: str | None = None  # fine-tune from this diffusion checkpoint (its architecture and normalization)
+
+    @property
+    def paths(self) -> list[str]:
+        return [self.data] if isinstance(self.data, str) else list(self.data)
+
+    @property
+    def mixing(self) -> bool:
+        """Weighted sampling is needed (else one store, every window equally likely: the plain BC sampler)."""
+        return (len(self.paths) > 1 or any(v != 1 for v in (self.source_weights or {}).values())
+                or self.intervention_weight != 1 or self.autonomous_weight != 1)
 
 
 def resume_config(cfg: "BCConfig", policy_cfg, task: str) -> dict:
     """What a resumed run must share with its checkpoint, as JSON values (device and jit may change)."""
     policy = {k: v for k, v in dataclasses.asdict(policy_cfg).items() if k not in ("device", "jit")}
-    out = {"data": str(Path(cfg.data).resolve()), "task": task, "policy": policy}
-    out.update({k: getattr(cfg, k) for k in RESUME_KEYS})
+    data = [str(Path(p).resolve()) for p in cfg.paths]
+    out = {"data": data[0] if isinstance(cfg.data, str) else data, "task": task, "policy": policy}
+    # The mixing keys join only when used, so plain runs resume checkpoints written before they existed.
+    out.update({k: getattr(cfg, k) for k in (RESUME_KEYS if cfg.mixing else RESUME_KEYS[:5])})
+    if cfg.init is not None:
+        out["init"] = str(Path(cfg.init).resolve())
     return json.loads(json.dumps(out))
 
 
 ResumeMismatch = checkpoint.ResumeMismatch  # re-exported for the CLI
+
+
+def load_init(path: str, env, device: str):
+    """The diffusion checkpoint to fine-tune, checked against the env (CheckpointError / SpecMismatch / ValueError)."""
+    from policies import load_policy
+    from policies.diffusion.policy import DiffusionPolicy
+
+    policy = load_policy(path, device=device)
+    if not isinstance(policy, DiffusionPolicy):
+        raise ValueError(f"init={path} is a {policy.kind!r} policy; BC fine-tunes diffusion checkpoints")
+    policy.spec.check_env(env)
+    return policy
 
 
 def lr_lambda(warmup: int, total: int):
@@ -74,21 +107,80 @@ def lr_lambda(warmup: int, total: int):
     return f
 
 
+def window_weights(store, sampler, cfg: BCConfig, share: float | None = None) -> np.ndarray:
+    """Sampling weight of every window of `sampler` over `store` (see BCConfig's mixing fields)."""
+    per_episode = np.array([str(x) for x in store.episode_attr("source")], dtype=object)  # zarr gives StringDType
+    source = per_episode[sampler.episode]
+    sw = cfg.source_weights or {}
+    w = np.ones(len(source))
+    for s in np.unique(source):
+        w[source == s] = float(sw.get(s, 1.0))
+    human = store.read("intervention")[sampler.anchor_step]
+    w *= np.where(human, cfg.intervention_weight, np.where(source == "intervention", cfg.autonomous_weight, 1.0))
+    if share is not None:
+        if w.sum() <= 0:
+            raise ValueError(f"every window of {store.path} has weight 0 (source_weights / intervention weights), "
+                             "so its data_weights share cannot be drawn; give it weight or drop it from data")
+        w *= share / w.sum()
+    return w
+
+
+def merged_stats(per_store: list[dict]) -> dict:
+    """Normalization stats over several stores' steps (pooled mean / std, overall min / max)."""
+    from robot_rl.data.stats import KeyStats
+
+    if len(per_store) == 1:
+        return per_store[0]
+    out = {}
+    for k in per_store[0]:
+        parts = [p[k] for p in per_store]
+        n = np.array([p.count for p in parts], dtype=np.float64)
+        mean = sum(c * p.mean for c, p in zip(n, parts)) / n.sum()
+        var = sum(c * (p.std ** 2 + (p.mean - mean) ** 2) for c, p in zip(n, parts)) / n.sum()
+        out[k] = KeyStats(min=np.min([p.min for p in parts], axis=0), max=np.max([p.max for p in parts], axis=0),
+                          mean=mean, std=np.sqrt(var), count=int(n.sum()))
+    return out
+
+
 class BCWorkspace:
     def __init__(self, run_dir: Path, cfg: BCConfig, policy_cfg, env, store):
         from policies.diffusion.policy import DiffusionPolicy
-        from robot_rl.data.sampler import SequenceSampler
+        from robot_rl.data.sampler import MixtureSampler, SequenceSampler
 
+        stores = list(store) if isinstance(store, (list, tuple)) else [store]
         self.run_dir, self.cfg, self.env = Path(run_dir), cfg, env
         self.ckpt_dir = self.run_dir / "checkpoints"
+        init = None
+        if cfg.init is not None:
+            init = load_init(cfg.init, env, policy_cfg.device)
+            policy_cfg = dataclasses.replace(init.cfg, device=policy_cfg.device, jit=policy_cfg.jit)
         self.resume_config = resume_config(cfg, policy_cfg, env.cfg.task)
         obs_dims = dict(env.obs_dims)
         keys = [f"obs/{k}" for k in obs_dims] + ["action"]
-        self.sampler = SequenceSampler(store, obs_keys=keys[:-1], action_keys=("action",),
-                                       obs_horizon=policy_cfg.obs_horizon, action_horizon=policy_cfg.pred_horizon)
-        spec = dict(task=env.cfg.task, obs_dims=obs_dims, action_dim=env.action_dim,
-                    action_space=env.cfg.action_space, control_hz=env.cfg.control_hz)
-        self.policy = DiffusionPolicy.from_stats(spec, policy_cfg, store.stats(keys))
+        samplers = [SequenceSampler(s, obs_keys=keys[:-1], action_keys=("action",), obs_horizon=policy_cfg.obs_horizon,
+                                    action_horizon=policy_cfg.pred_horizon) for s in stores]
+        self.mixture = None
+        if cfg.mixing:
+            shares = cfg.data_weights or [None] * len(stores)
+            total = sum(shares) if cfg.data_weights else None
+            weights = [window_weights(s, sm, cfg, None if sh is None else sh / total)
+                       for s, sm, sh in zip(stores, samplers, shares)]
+            self.sampler = MixtureSampler(samplers, weights)
+            human = np.concatenate([s.read("intervention")[sm.anchor_step] for s, sm in zip(stores, samplers)])
+            mass = self.sampler.weight / self.sampler.weight.sum()
+            self.mixture = {
+                "windows": [len(sm) for sm in samplers],
+                "store_share": [float(mass[a:b].sum()) for a, b in zip(self.sampler.offsets[:-1], self.sampler.offsets[1:])],
+                "human_step_share": float(mass[human].sum()),  # expected share of sampled windows at human steps
+            }
+        else:
+            self.sampler = samplers[0]
+        if init is not None:
+            self.policy = init
+        else:
+            spec = dict(task=env.cfg.task, obs_dims=obs_dims, action_dim=env.action_dim,
+                        action_space=env.cfg.action_space, control_hz=env.cfg.control_hz)
+            self.policy = DiffusionPolicy.from_stats(spec, policy_cfg, merged_stats([s.stats(keys) for s in stores]))
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
         self.opt = torch.optim.AdamW(self.policy.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -38,6 +38,7 @@ def bc_config(node, env_cfg, data, where: str = ""):
 
     fields = {f.name for f in dataclasses.fields(BCConfig)} - {"data"}
     values = {k: node[k] for k in fields if k in node}
+    values = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in values.items()}
     for k in ("steps", "batch_size", "log_every", "ckpt_every", "keep_checkpoints", "eval_episodes"):
         whole(where + k, values[k], 1)
     for k in ("warmup_steps", "eval_every", "videos", "seed", "eval_seed"):
@@ -49,9 +50,41 @@ def bc_config(node, env_cfg, data, where: str = ""):
             fail(f"{where}{k}={values[k]!r} must be a number > 0")
     if not isinstance(values.get("final_eval", True), bool):
         fail(f"{where}final_eval={values['final_eval']!r} must be true or false")
-    if data is None or not isinstance(data, str):
-        fail("data=PATH must name an episode store (robot-rl-collect out=PATH writes one)")
+    if OmegaConf.is_config(data):
+        data = OmegaConf.to_container(data, resolve=True)
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    if not (isinstance(data, str) and data) and not (
+            isinstance(data, list) and data and all(isinstance(p, str) and p for p in data)):
+        fail("data=PATH (or data=[PATH1,PATH2] to mix stores) must name episode stores (robot-rl-collect out=PATH "
+             "and robot-rl-teleop out=PATH write them)")
+    _check_mixing(values, data, where)
     return BCConfig(data=data, **values)
+
+
+def _check_mixing(values: dict, data, where: str) -> None:
+    from robot_rl.data.episode_store import SOURCES
+
+    n = len(data) if isinstance(data, list) else 1
+    dw = values.get("data_weights")
+    if dw is not None:
+        if not (isinstance(dw, list) and len(dw) == n and all(_num(x) and x >= 0 for x in dw) and sum(dw) > 0):
+            fail(f"{where}data_weights={dw!r} must list {n} number(s) >= 0 (one per store in data, not all 0), "
+                 "or be null to draw in proportion to each store's windows")
+    sw = values.get("source_weights")
+    if sw is not None:
+        if not isinstance(sw, dict) or any(k not in SOURCES or not (_num(v) and v >= 0) for k, v in sw.items()):
+            fail(f"{where}source_weights={sw!r} must map episode sources ({', '.join(SOURCES)}) to numbers >= 0")
+    for k in ("intervention_weight", "autonomous_weight"):
+        if not (_num(values.get(k, 1.0)) and values.get(k, 1.0) >= 0):
+            fail(f"{where}{k}={values.get(k)!r} must be a number >= 0")
+    init = values.get("init")
+    if init is not None and not (isinstance(init, str) and init):
+        fail(f"{where}init={init!r} must be a policy checkpoint directory (or null to train from scratch)")
+
+
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _configs(cfg: DictConfig):
@@ -92,14 +125,18 @@ def main(cfg: DictConfig) -> None:
     set_torch_threads(int(cfg.torch_threads))
     run_dir = current_run_dir()
 
+    from policies import SpecMismatch
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.run_log import RunLog
     from robot_rl.train_bc import BCWorkspace, ResumeMismatch, write_results
 
     env = make_env(env_cfg)
     try:
-        store = open_store(bc_cfg.data, env_cfg, env.obs_dims)
-        ws = BCWorkspace(run_dir, bc_cfg, policy_cfg, env, store)
+        stores = [open_store(p, env_cfg, env.obs_dims) for p in bc_cfg.paths]
+        try:
+            ws = BCWorkspace(run_dir, bc_cfg, policy_cfg, env, stores)
+        except (CheckpointError, SpecMismatch, ValueError) as e:  # init checkpoint, or a weightless store
+            fail(str(e))
         try:
             resumed = ws.try_resume()
         except (ResumeMismatch, CheckpointError) as e:
@@ -116,11 +153,13 @@ def main(cfg: DictConfig) -> None:
         except FloatingPointError as e:
             fail(str(e))
         write_results(run_dir, log, result, {
-            "task": env_cfg.task, "data": str(Path(bc_cfg.data)), "episodes": store.n_episodes,
-            "windows": len(ws.sampler), "resumed_from": resumed_from, "wall_time_s": time.perf_counter() - t0,
+            "task": env_cfg.task, "data": str(Path(bc_cfg.data)) if isinstance(bc_cfg.data, str) else bc_cfg.data,
+            "episodes": sum(s.n_episodes for s in stores), "windows": len(ws.sampler), "resumed_from": resumed_from,
+            "wall_time_s": time.perf_counter() - t0, "init": bc_cfg.init, "mixture": ws.mixture,
         })
         log.close()
-        store.close()
+        for s in stores:
+            s.close()
     finally:
         env.close()
     final = result["final_eval"]

@@ -84,6 +84,8 @@ class SequenceSampler:
         self._first = np.repeat(ep_first, lengths).astype(np.int64)
         self._last = np.repeat(ep_end - 1, lengths).astype(np.int64)
         self._anchor = self._first + _ranks(lengths)
+        # Global step (row of the store) of every window's anchor, for per-step weights (e.g. interventions).
+        self.anchor_step = np.repeat(starts[eps], lengths) + _ranks(lengths)
 
     def __len__(self) -> int:
         return len(self._anchor)
@@ -122,6 +124,58 @@ class SequenceSampler:
         uniq, inverse = np.unique(rows, return_inverse=True)
         block = np.asarray(src.get_orthogonal_selection((uniq,)))
         return block[inverse.reshape(rows.shape)]
+
+
+class MixtureSampler:
+    """Windows of several SequenceSamplers (e.g. demos and interventions in two stores), drawn with per-window
+    weights: window j of the concatenation is drawn with probability weights[j] / sum(weights)."""
+
+    def __init__(self, samplers: Sequence[SequenceSampler], weights: Sequence[np.ndarray]):
+        if not samplers:
+            raise ValueError("MixtureSampler needs at least one sampler")
+        first = samplers[0]
+        for s in samplers[1:]:
+            if (s.obs_keys, s.action_keys, s.obs_horizon, s.action_horizon) != (
+                    first.obs_keys, first.action_keys, first.obs_horizon, first.action_horizon):
+                raise ValueError("samplers of a mixture must share keys and horizons")
+        w = [np.asarray(x, dtype=np.float64).reshape(-1) for x in weights]
+        if len(w) != len(samplers) or any(len(x) != len(s) for x, s in zip(w, samplers)):
+            raise ValueError("one weight per window of each sampler is needed")
+        weight = np.concatenate(w)
+        if np.any(weight < 0) or not np.all(np.isfinite(weight)) or weight.sum() <= 0:
+            raise ValueError("window weights must be finite, >= 0 and not all 0")
+        self.samplers = list(samplers)
+        self.obs_keys, self.action_keys = first.obs_keys, first.action_keys
+        self.obs_horizon, self.action_horizon = first.obs_horizon, first.action_horizon
+        self.offsets = np.concatenate([[0], np.cumsum([len(s) for s in samplers])])
+        self.weight = weight
+        self._cdf = np.cumsum(weight)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """`batch_size` windows drawn (with replacement) in proportion to their weights."""
+        u = rng.random(batch_size) * self._cdf[-1]
+        idx = np.minimum(np.searchsorted(self._cdf, u, side="right"), len(self) - 1)
+        return self.windows(idx)
+
+    def windows(self, index) -> dict[str, np.ndarray]:
+        """Windows by global index (sampler i's windows are [offsets[i], offsets[i+1])), plus `source`: i."""
+        idx = np.asarray(index, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"window index out of range [0, {len(self)})")
+        which = np.searchsorted(self.offsets, idx, side="right") - 1
+        out: dict[str, np.ndarray] = {}
+        for i in np.unique(which).tolist():
+            pos = np.nonzero(which == i)[0]
+            part = self.samplers[i].windows(idx[pos] - self.offsets[i])
+            part["source"] = np.full(len(pos), i, dtype=np.int64)
+            for k, v in part.items():
+                if k not in out:
+                    out[k] = np.empty((len(idx), *v.shape[1:]), dtype=v.dtype)
+                out[k][pos] = v
+        return out
 
 
 def _ranks(lengths: np.ndarray) -> np.ndarray:
