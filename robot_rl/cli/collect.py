@@ -1,7 +1,10 @@
-"""robot-rl-collect: record scripted-expert episodes into an episode store, batched over envs.
+"""robot-rl-collect: record episodes of a scripted expert or a trained policy into an episode store, batched.
 
     robot-rl-collect task=peg_insert episodes=200 expert.noise=0.1 out=data/peg.zarr backend=mujoco
+    robot-rl-collect task=lift policy=runs/results/lift-bc/policy episodes=200 out=data/lift-rollouts.zarr
 
+With `policy=PATH` (any BasePolicy checkpoint) the episodes are that policy's rollouts, stored with
+source="policy": successes and failures, the data success classifiers and progress models need.
 Writes the store at `out` (appends if it exists) and runs/collect/<timestamp>-<name>/{config.yaml,
 metrics.json}.
 """
@@ -28,7 +31,25 @@ def _check_config(cfg: DictConfig):
         fail(f"out={out!r} must be a path (or null for <run dir>/episodes.zarr)")
     if not isinstance(cfg.fsync, bool):
         fail(f"fsync={cfg.fsync!r} must be true or false")
+    policy = cfg.get("policy")
+    if policy is not None and not (isinstance(policy, str) and policy):
+        fail(f"policy={policy!r} must be a policy checkpoint directory (e.g. <train-bc run>/policy) or null for the "
+             "scripted expert")
     return env_cfg
+
+
+def _load_policy(path: str, env):
+    """A PolicyRunner around the BasePolicy at `path`, checked against `env` (fails with one message)."""
+    from policies import SpecMismatch, load_policy
+    from policies.runner import PolicyRunner
+    from robot_rl.checkpoint import CheckpointError
+
+    try:
+        policy = load_policy(path)
+        policy.spec.check_env(env)
+    except (CheckpointError, SpecMismatch) as e:
+        fail(f"policy={path}: {e}")
+    return PolicyRunner(policy, env.num_envs)
 
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="collect")
@@ -52,10 +73,17 @@ def main(cfg: DictConfig) -> None:
 
     env = make_env(env_cfg)
     try:
-        try:
-            expert = make_expert(env, noise=float(cfg.expert.noise), seed=int(cfg.seed))
-        except ValueError as e:  # no expert for this task, or an action space experts cannot drive
-            fail(str(e))
+        policy_path = cfg.get("policy")
+        if policy_path is not None:
+            actor, source, who = _load_policy(policy_path, env), "policy", "policy"
+            meta = {"backend": env_cfg.backend, "policy": str(policy_path)}
+        else:
+            try:
+                actor = make_expert(env, noise=float(cfg.expert.noise), seed=int(cfg.seed))
+            except ValueError as e:  # no expert for this task, or an action space experts cannot drive
+                fail(str(e))
+            source, who = "expert", "expert"
+            meta = {"backend": env_cfg.backend, "expert_noise": float(cfg.expert.noise)}
         try:
             store = EpisodeStore.open(out, mode="a", fsync=cfg.fsync)
         except StoreError as e:  # not a store, corrupted, or locked by another writer
@@ -63,10 +91,9 @@ def main(cfg: DictConfig) -> None:
         try:
             t_collect = time.perf_counter()
             with progress_bar() as bar:
-                task = bar.add_task(f"{env_cfg.task} expert -> {out.name}", total=cfg.episodes)
+                task = bar.add_task(f"{env_cfg.task} {who} -> {out.name}", total=cfg.episodes)
                 result = collect(
-                    env, expert, store, cfg.episodes, seed=int(cfg.seed), source="expert",
-                    metadata={"backend": env_cfg.backend, "expert_noise": float(cfg.expert.noise)},
+                    env, actor, store, cfg.episodes, seed=int(cfg.seed), source=source, metadata=meta,
                     progress=lambda n: bar.advance(task, n),
                 )
         except StoreError as e:  # the store holds episodes of another shape (e.g. another task)
@@ -81,7 +108,9 @@ def main(cfg: DictConfig) -> None:
         "task": env_cfg.task,
         "backend": env_cfg.backend,
         "num_envs": env_cfg.num_envs,
-        "expert_noise": float(cfg.expert.noise),
+        "source": source,
+        "policy": str(policy_path) if policy_path is not None else None,
+        "expert_noise": float(cfg.expert.noise) if policy_path is None else None,
         "seed": int(cfg.seed),
         "store": str(out),
         **result,

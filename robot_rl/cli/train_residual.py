@@ -8,6 +8,7 @@ Writes runs/train_residual/<timestamp>-<name>/ (see robot_rl/rl/train.py): polic
 BasePolicy checkpoint that robot-rl-eval and robot-rl-deploy load unchanged), tb/, metrics.json, curves.png,
 checkpoints/, videos/. Run it again with hydra.run.dir=<that directory> to resume. Evaluations run on a
 separate env (eval_num_envs), so training episodes are never cut by them.
+distributed.actors=N collects with N actor processes on Ray (robot_rl/rl/distributed.py); same learner and run dir.
 `python -m robot_rl.rl.compare` plots several runs' success curves on one figure.
 """
 
@@ -36,6 +37,16 @@ def rl_config(node):
         fail(str(e).replace("residual RL", "rl"))
 
 
+def distributed_config(node):
+    """Validated DistributedConfig from the `distributed` node."""
+    from robot_rl.rl.distributed import DistributedConfig
+
+    try:
+        return DistributedConfig.from_dict(OmegaConf.to_container(node, resolve=True))
+    except (TypeError, ValueError) as e:
+        fail(str(e))
+
+
 def _configs(cfg: DictConfig):
     env_cfg = env_config(cfg.env)
     if cfg.mode not in MODES:
@@ -53,7 +64,13 @@ def _configs(cfg: DictConfig):
     if rl.videos > eval_n:
         fail(f"rl.videos={rl.videos} must be <= the evaluation envs ({eval_n}: eval_num_envs or env.num_envs)")
     whole("torch_threads", cfg.torch_threads, 0)
-    return env_cfg, rl, dataclasses.replace(env_cfg, num_envs=eval_n)
+    dist = distributed_config(cfg.distributed)
+    if dist.actors > 0 and cfg.mode != "base":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            fail(f"distributed.actors={dist.actors} needs Ray: pip install 'ray>=2.40' (or distributed.actors=0)")
+    return env_cfg, rl, dataclasses.replace(env_cfg, num_envs=eval_n), dist
 
 
 def _evaluate_base(run_dir: Path, env_cfg, eval_env, base, rl, cfg, t0: float) -> dict:
@@ -76,11 +93,12 @@ def _evaluate_base(run_dir: Path, env_cfg, eval_env, base, rl, cfg, t0: float) -
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="train_residual")
 def main(cfg: DictConfig) -> None:
-    env_cfg, rl, eval_env_cfg = _configs(cfg)
+    env_cfg, rl, eval_env_cfg, dist = _configs(cfg)
     set_torch_threads(int(cfg.torch_threads))
     run_dir = current_run_dir()
     t0 = time.perf_counter()
 
+    from policies import SpecMismatch
     from robot_rl.checkpoint import CheckpointError, ResumeMismatch
     from robot_rl.cli.train_bc import open_store
     from robot_rl.evaluation import evaluate_policy
@@ -104,7 +122,20 @@ def main(cfg: DictConfig) -> None:
             store = open_store(cfg.demos, env_cfg, env.obs_dims)
         if cfg.mode == "scratch":
             rl = from_scratch(rl)
-        ws = ResidualWorkspace(run_dir, rl, env, base, demo_store=store, eval_env=eval_env)
+        stops: tuple[type[Exception], ...] = (FloatingPointError,)  # errors that end training with one line
+        try:  # a reward model (rl.reward_model) for another task or spec, or a broken one, stops here
+            if dist.actors > 0:
+                from robot_rl.rl.distributed import ActorFailure, DistributedWorkspace
+
+                stops += (ActorFailure,)  # an actor that cannot start, or keeps dying
+                ws = DistributedWorkspace(run_dir, rl, env, base, dist, demo_store=store, eval_env=eval_env,
+                                          base_path=cfg.base if base is not None else None)
+                where = dist.address or "a local Ray instance"
+                print(f"distributed: {dist.actors} env actors x {env_cfg.num_envs} envs on {where}")
+            else:
+                ws = ResidualWorkspace(run_dir, rl, env, base, demo_store=store, eval_env=eval_env)
+        except (SpecMismatch, CheckpointError) as e:
+            fail(str(e))
         try:
             resumed = ws.try_resume()
         except (ResumeMismatch, CheckpointError) as e:
@@ -137,7 +168,7 @@ def main(cfg: DictConfig) -> None:
                     bar.update(task, completed=done)
 
                 result = ws.run(log, progress)
-        except FloatingPointError as e:
+        except stops as e:
             fail(str(e))
         write_results(run_dir, log, result, {**extra, "wall_time_s": time.perf_counter() - t0})
         log.close()

@@ -28,6 +28,9 @@ def collect(
 ) -> dict:
     """Run `policy.act(obs) -> action [N, A]` in `env` until `episodes` episodes are committed to `store`.
 
+    A policy with `reset(env_ids)` (e.g. a PolicyRunner around a BasePolicy) is told when envs start new
+    episodes (all at the start), as in sim.experts.run_episodes.
+
     Per-episode attributes: task, a task instruction drawn per episode, success (any step succeeded),
     source, seed (the env seed) and metadata + {env_index, env_episode}. Returns counts and rates."""
     if episodes < 1:
@@ -36,6 +39,9 @@ def collect(
     instructions = env.instructions()
     obs = env.reset(seed)
     store.check_compatible(step_schema(obs, env.action_dim))  # before any simulation time is spent
+    reset = getattr(policy, "reset", None)
+    if reset is not None:
+        reset(None)
     recorder = EpisodeRecorder(n)
     recording = np.arange(n) < episodes  # the env's current episode is one of the first `episodes`
     started = int(recording.sum())
@@ -58,6 +64,8 @@ def collect(
             env_episode[i] += 1
             recording[i] = started < episodes
             started += int(recording[i])
+        if reset is not None and np.any(done):
+            reset(np.nonzero(done)[0])
         if batch:
             store.append(batch)
             successes += [ep.success for ep in batch]

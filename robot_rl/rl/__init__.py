@@ -6,4 +6,6 @@
     learner.py    TD3-style update (ensemble targets, smoothing, delay, warm-up, clipping)
     rollout.py    vectorized collection over a BatchedEnv
     train.py      the training workspace (checkpoints, resume, evaluation, logs); RL from scratch too
+    distributed.py  the same training with actor processes on Ray (distributed.actors=N): sequence-numbered
+                  transition batches, weight sync, actor restarts, learner resume without duplicates
 """

@@ -3,8 +3,13 @@
 Per vector step:
     action = clip(base + clip(residual(obs, base) + exploration noise, -scale, scale), -1, 1)
     env.step(action) -> reward, done, final_obs (auto-reset)
+    reward (REWARDS): success = the env's sparse success flag, env = the task's dense reward, learned = the
+    learned success classifier at final_obs, which also decides the learner's terminations (robot_rl/reward);
+    with a reward model, + shaping * (gamma Phi(final_obs) - Phi(obs)). Ground truth (info success /
+    progress) then only feeds the rollout statistics
     next base action: the base action at final_obs (the queue's next entry, or a fresh chunk), the value the
-    critic bootstraps from; not computed for terminated envs, which never bootstrap
+    critic bootstraps from; not computed for envs that terminated unless the learner bootstraps there anyway
+    (reward=learned: an env end without classifier success is a cut)
     replay row: obs, base action, executed action, reward, final_obs, next base action, terminated,
     truncated, intervention
     envs that ended start over: history refilled from the new first observation, queue emptied
@@ -18,7 +23,7 @@ import numpy as np
 from robot_rl.rl.replay import Replay
 from robot_rl.rl.residual import BaseActionQueue, ResidualPolicy, flatten_obs
 
-REWARDS = ("success", "env")
+REWARDS = ("success", "env", "learned")
 
 
 class ObsHistory:
@@ -50,9 +55,20 @@ class ObsHistory:
 
 class Collector:
     def __init__(self, env, policy: ResidualPolicy, replay: Replay, reward: str = "success", explore_std: float = 0.5,
-                 seed: int = 0):
+                 seed: int = 0, learned=None):
+        """`learned`: a robot_rl.reward.LearnedReward; required by reward="learned", optional shaping with
+        "success" (then built with success="env")."""
         if reward not in REWARDS:
             raise ValueError(f"reward={reward!r}; valid: {', '.join(REWARDS)}")
+        if reward == "learned" and (learned is None or learned.success != "classifier"):
+            raise ValueError("reward='learned' needs a LearnedReward with success='classifier' (reward_model=PATH)")
+        if reward == "success" and learned is not None and learned.success != "env":
+            raise ValueError("reward='success' takes r_success from the env: build the LearnedReward with "
+                             "success='env'")
+        if reward == "env" and learned is not None:
+            raise ValueError("reward='env' is already dense: a learned reward / shaping goes with 'success' or "
+                             "'learned'")
+        self.learned = learned
         self.env, self.policy, self.replay = env, policy, replay
         self.reward, self.explore_std = reward, float(explore_std)
         self.keys = policy.obs_keys
@@ -61,6 +77,7 @@ class Collector:
         self.queue = BaseActionQueue(policy.base, n, env.action_dim)
         self.rng = np.random.default_rng(seed)
         self.obs = np.zeros((n, sum(policy.spec.obs_dims.values())), np.float32)
+        self.obs_dict: dict[str, np.ndarray] = {}  # the current observations, for the reward model
         self.base = np.zeros((n, env.action_dim), np.float32)
         self.ever_success = np.zeros(n, bool)
         self.finished: list[tuple[bool, float, int]] = []  # (success, env return, length) of ended episodes
@@ -74,6 +91,7 @@ class Collector:
         self.history.push(obs)
         self.base = self.queue.next(self.history.data)
         self.obs = flatten_obs(obs, self.keys)
+        self.obs_dict = obs
         self.ever_success[:] = False
 
     def step(self, explore: bool = True) -> None:
@@ -87,15 +105,20 @@ class Collector:
         obs, reward, done, info = self.env.step(action)
         term, trunc = info["terminated"], info["truncated"]
         final = info["final_obs"]
-        r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
+        if self.learned is not None:  # learned success (or env success) + shaping; may move terminations
+            r, l_term, l_trunc = self.learned(self.obs_dict, final, info["success"], term, trunc)
+        else:
+            r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
+            l_term, l_trunc = term, trunc
         self.history.push(final)
         next_base = np.zeros_like(self.base)
-        boot = np.nonzero(~term)[0]
+        # the base action at final_obs: where the env goes on (next step's base), or where the learner bootstraps
+        boot = np.nonzero(~term | l_trunc)[0]
         if len(boot):
             next_base[boot] = self.queue.next(self.history.data, boot)
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
-                        next_obs=flatten_obs(final, self.keys), next_base_action=next_base, terminated=term,
-                        truncated=trunc, intervention=info["intervention"])
+                        next_obs=flatten_obs(final, self.keys), next_base_action=next_base, terminated=l_term,
+                        truncated=l_trunc, intervention=info["intervention"])
         self.ever_success |= info["success"]
         if done.any():
             ids = np.nonzero(done)[0]
@@ -108,6 +131,7 @@ class Collector:
             self.history.push(obs, ids)
             next_base[ids] = self.queue.next(self.history.data, ids)
         self.obs = flatten_obs(obs, self.keys)
+        self.obs_dict = obs
         self.base = next_base
 
     def pop_finished(self) -> list[tuple[bool, float, int]]:

@@ -58,7 +58,10 @@ class ResidualRLConfig:
     learning_starts: int = 5_000  # transitions collected before the first update (they also fix the obs stats)
     utd: float = 1.0  # gradient updates per env transition
     demo_fraction: float = 0.5  # share of every batch drawn from the demo buffer (when demos are given)
-    reward: str = "success"  # success: 1.0 on success steps (sparse); env: the task's dense reward
+    reward: str = "success"  # success: 1.0 on success steps (sparse); env: the task's dense reward; learned: the
+    # learned success classifier of `reward_model` (it also ends the learner's episodes; no simulator reward)
+    reward_model: str | None = None  # robot-rl-train-reward run dir (or its reward_model/): reward=learned, shaping
+    shaping: float = 1.0  # lambda of lambda * (gamma Phi(s') - Phi(s)) added when reward_model is set (0: none)
     explore_std: float = 0.5  # std of Gaussian noise on the residual in rollouts, as a fraction of residual.scale
     replay_capacity: int = 300_000  # online transitions kept
     eval_every: int = 25_000  # env steps between evaluations (0: only the final one)
@@ -93,6 +96,17 @@ class ResidualRLConfig:
             raise ValueError(f"demo_fraction={self.demo_fraction!r} must be in [0, 1)")
         if self.reward not in REWARDS:
             raise ValueError(f"reward={self.reward!r}; valid: {', '.join(REWARDS)}")
+        if self.reward == "learned" and not self.reward_model:
+            raise ValueError("reward=learned needs reward_model=PATH (a robot-rl-train-reward run directory)")
+        if self.reward == "env" and self.reward_model:
+            raise ValueError("reward=env is already dense; a reward_model (classifier, shaping) goes with "
+                             "reward=learned or reward=success")
+        if not (isinstance(self.shaping, (int, float)) and np.isfinite(self.shaping) and self.shaping >= 0):
+            raise ValueError(f"shaping={self.shaping!r} must be a number >= 0 (lambda of the potential term)")
+        if self.reward_model and self.shaping > 0 and self.learner.reward_bounds is not None:
+            # one step's reward is r_success + a shaping term in [-shaping, shaping]: widen the TD-target clip
+            lo, hi = self.learner.reward_bounds
+            self.learner = dataclasses.replace(self.learner, reward_bounds=(min(lo, -self.shaping), hi + self.shaping))
         if not self.explore_std >= 0:
             raise ValueError(f"explore_std={self.explore_std!r} must be >= 0")
         if not self.time_budget_s >= 0:
@@ -146,10 +160,22 @@ class ResidualWorkspace:
         self.learner = Learner(self.policy.actor, cfg.learner, seed=cfg.seed)
         obs_dim = self.policy.actor.obs_dim
         self.replay = Replay(cfg.replay_capacity, env.num_envs, obs_dim, env.action_dim)
+        self.learned_reward = None  # robot_rl.reward.LearnedReward when cfg.reward_model is set
+        if cfg.reward_model:
+            from robot_rl.reward.shaping import from_config
+
+            self.learned_reward = from_config(cfg.reward_model, cfg.reward, cfg.shaping, cfg.learner.gamma,
+                                              [e for e in (env, eval_env) if e is not None])
         self.demos = None
         if demo_store is not None and cfg.demo_fraction > 0:
-            self.demos = demo_replay(demo_store, base, self.policy.obs_keys, cfg.reward)
-        self.collector = Collector(env, self.policy, self.replay, cfg.reward, cfg.explore_std, seed=cfg.seed + 1)
+            self.demos = demo_replay(demo_store, base, self.policy.obs_keys,
+                                     "success" if cfg.reward == "learned" else cfg.reward)
+            if self.learned_reward is not None:
+                from robot_rl.reward.shaping import relabel_replay
+
+                relabel_replay(self.demos, self.learned_reward, self.policy.obs_keys, dict(env.obs_dims))
+        self.collector = Collector(env, self.policy, self.replay, cfg.reward, cfg.explore_std, seed=cfg.seed + 1,
+                                   learned=self.learned_reward)
         self.env_steps = 0
         self.episodes = 0
         self.owed = 0.0  # fractional updates carried over (utd * N need not be whole)
@@ -171,6 +197,7 @@ class ResidualWorkspace:
         }
         if self.cfg.save_replay:
             train["replay"] = checkpoint.flatten(self.replay.state(), "replay", tensors)
+        train.update(self.extra_state(tensors))
         return checkpoint.save_training(self.ckpt_dir, self.env_steps, self.policy, tensors, train,
                                         self.cfg.keep_checkpoints, width=9)
 
@@ -190,7 +217,16 @@ class ResidualWorkspace:
         self.env_steps, self.episodes = int(train["env_steps"]), int(train["episodes"])
         self.owed, self.stats_frozen = float(train["owed"]), bool(train["stats_frozen"])
         self.train_time, self.starts = float(train["train_time"]), int(train["starts"])
+        self.load_extra_state(train, tensors)
         return True
+
+    def extra_state(self, tensors: dict) -> dict:
+        """Training state a subclass adds to its checkpoints (JSON values; arrays go into `tensors` through
+        checkpoint.flatten). The distributed learner keeps its per-actor sequence numbers here."""
+        return {}
+
+    def load_extra_state(self, train: dict, tensors: dict) -> None:
+        """Inverse of extra_state, on resume."""
 
     # ---- pieces of the loop -------------------------------------------------------------------------
     def restart_envs(self) -> None:
@@ -220,6 +256,27 @@ class ResidualWorkspace:
             self.restart_envs()  # evaluation reset the shared env: training episodes start over
         return metrics
 
+    def learn(self, transitions: int, window: dict) -> None:
+        """The `utd * transitions` gradient updates owed for new transitions, once learning has started
+        (fractions carry over); metrics, update count and update time go into `window`."""
+        cfg = self.cfg
+        if self.env_steps < max(cfg.learning_starts, 1):
+            return
+        if not self.stats_frozen:
+            self.freeze_obs_stats()
+        self.owed += cfg.utd * transitions
+        u0 = time.perf_counter()
+        while self.owed >= 1.0:
+            try:
+                window["metrics"].append(self.learner.update(self.batch()))
+            except FloatingPointError as e:
+                raise FloatingPointError(
+                    f"{e} (env step {self.env_steps}); training stopped, the last good checkpoint is kept "
+                    f"in {self.ckpt_dir}") from None
+            self.owed -= 1.0
+            window["updates"] += 1
+        window["update_s"] += time.perf_counter() - u0
+
     # ---- loop ---------------------------------------------------------------------------------------
     def run(self, log, progress=None) -> dict:
         """Train until the budget is spent; `progress(env_steps)` is called after every vector step."""
@@ -242,21 +299,7 @@ class ResidualWorkspace:
             self.collector.step(explore=True)
             self.env_steps += n
             # 2. utd * N gradient updates once learning has started
-            if self.env_steps >= max(cfg.learning_starts, 1):
-                if not self.stats_frozen:
-                    self.freeze_obs_stats()
-                self.owed += cfg.utd * n
-                u0 = time.perf_counter()
-                while self.owed >= 1.0:
-                    try:
-                        window["metrics"].append(self.learner.update(self.batch()))
-                    except FloatingPointError as e:
-                        raise FloatingPointError(
-                            f"{e} (env step {self.env_steps}); training stopped, the last good checkpoint is kept "
-                            f"in {self.ckpt_dir}") from None
-                    self.owed -= 1.0
-                    window["updates"] += 1
-                window["update_s"] += time.perf_counter() - u0
+            self.learn(n, window)
             self.train_time = clock.now()
             # 3. logs, evaluation, checkpoints
             if crossed(cfg.log_every):

@@ -1,0 +1,95 @@
+"""The reward wrapper: r = r_success + lambda * (gamma * Phi(s') - Phi(s)), with Phi(s') = 0 where s' terminates.
+
+Potential-based shaping (Ng, Harada & Russell 1999) adds F(s, s') = gamma Phi(s') - Phi(s) to every step.
+Over an episode the terms telescope: the shaped discounted return from s_0 is the unshaped one minus
+lambda Phi(s_0) (plus gamma^T lambda Phi(s_T) when the episode is cut by a time limit, the part a critic
+bootstraps). Setting the potential of terminal states to 0 makes this exact for episodic tasks, so every
+policy's value moves by the same state-dependent amount and the optimal policy does not change: a wrong
+Phi can slow learning but cannot make a different policy optimal (what can still be hacked is r_success, a
+classifier false positive). n-step returns telescope the same way (sum_k gamma^k F_k = gamma^n Phi(s_n) -
+Phi(s_0)).
+
+r_success comes from the learned success classifier (`success="classifier"`, what a robot has) or from
+the env (`success="env"`, sim only). With the classifier the learner's episode ends where the classifier
+fires: `terminated` = classifier success, and an env episode that ends without it (time limit, or a success
+the classifier missed) is a cut that bootstraps (`truncated`), so no simulator success leaks into training.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SUCCESS_SOURCES = ("classifier", "env")
+
+
+def potential_shaping(phi: np.ndarray, phi_next: np.ndarray, terminated: np.ndarray, gamma: float,
+                      scale: float = 1.0) -> np.ndarray:
+    """scale * (gamma * Phi(s') * (1 - terminated) - Phi(s)), element-wise [N] float32."""
+    phi_next = np.where(np.asarray(terminated, bool), 0.0, np.asarray(phi_next, np.float64))
+    return (scale * (gamma * phi_next - np.asarray(phi, np.float64))).astype(np.float32)
+
+
+class LearnedReward:
+    """r = r_success + shaping * (gamma Phi(s') - Phi(s)) from a RewardModel, over batched transitions."""
+
+    def __init__(self, model, gamma: float, shaping: float = 1.0, success: str = "classifier"):
+        if success not in SUCCESS_SOURCES:
+            raise ValueError(f"success={success!r}; valid: {', '.join(SUCCESS_SOURCES)}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma={gamma!r} must be in [0, 1]")
+        if not shaping >= 0:
+            raise ValueError(f"shaping={shaping!r} must be >= 0 (the weight lambda of the potential term)")
+        self.model, self.gamma, self.shaping, self.success = model, float(gamma), float(shaping), success
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """Range of one step's reward: r_success in {0, 1} plus a shaping term in [-shaping, shaping]."""
+        return -self.shaping, 1.0 + self.shaping
+
+    def __call__(self, obs: dict, next_obs: dict, env_success: np.ndarray, terminated: np.ndarray,
+                 truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(reward, terminated, truncated) [N] for transitions obs -> next_obs ({key: [N, dim]}; next_obs is the
+        observation the step reached, before any auto-reset) given the env's own flags."""
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        if self.success == "classifier":
+            hit = self.model.success(next_obs)
+            ended = terminated | truncated
+            terminated, truncated = hit, ended & ~hit
+        else:
+            hit = np.asarray(env_success, bool)
+        r = hit.astype(np.float32)
+        if self.shaping > 0:  # Phi of obs and next_obs in one batched pass
+            n = len(r)
+            phi = self.model.progress({k: np.concatenate([obs[k], next_obs[k]]) for k in self.model.spec.obs_dims})
+            r = r + potential_shaping(phi[:n], phi[n:], terminated, self.gamma, self.shaping)
+        return r.astype(np.float32), terminated, truncated
+
+
+def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs_dims: dict[str, int]) -> None:
+    """Recompute reward / terminated / truncated of every kept row of a Replay (e.g. the demo buffer, built
+    with the env's sparse success as reward) with `reward`; obs are unflattened in `obs_keys` order."""
+    def unflatten(x: np.ndarray) -> dict[str, np.ndarray]:
+        out, i = {}, 0
+        for k in obs_keys:
+            out[k] = x[:, i:i + obs_dims[k]]
+            i += obs_dims[k]
+        return out
+
+    kept = min(replay.written, replay.rows)
+    d = replay.data
+    for e in range(replay.num_envs):
+        r, term, trunc = reward(unflatten(d["obs"][:kept, e]), unflatten(d["next_obs"][:kept, e]),
+                                d["reward"][:kept, e] > 0.5, d["terminated"][:kept, e], d["truncated"][:kept, e])
+        d["reward"][:kept, e], d["terminated"][:kept, e], d["truncated"][:kept, e] = r, term, trunc
+
+
+def from_config(path: str, reward: str, shaping: float, gamma: float, envs=()) -> LearnedReward:
+    """The LearnedReward of residual RL's config: the reward model at `path`, checked against `envs`
+    (SpecMismatch naming every difference), its classifier as r_success when reward == "learned", the
+    env's success flag when reward == "success"."""
+    from robot_rl.reward.model import load_reward_model
+
+    model = load_reward_model(path)
+    for env in envs:
+        model.spec.check_env(env)
+    return LearnedReward(model, gamma, shaping, "classifier" if reward == "learned" else "env")

@@ -1,0 +1,349 @@
+"""Training and evaluation of a reward model (progress model + success classifier): robot-rl-train-reward.
+
+    data = load_episodes([demos, rollouts], spec)          # steps of every store, episode outcomes
+    result = train_reward(run_dir, cfg, data, spec, log)    # -> reward_model/, metrics, plots
+
+Reads top-down:
+  1. split episodes into train / val / test, stratified by outcome (robot_rl.reward.labels.split_episodes);
+  2. targets from episode boundaries, outcomes and observations only (labels.py): t/T on successes and the
+     distance-discounted target of the nearest successful states on failures for progress, last frames of
+     successes vs everything else for the classifier; data without failed episodes stops here;
+  3. fit each network with AdamW + cosine decay on minibatches of training states (BCE; the classifier's
+     rare positives are up-weighted to balance the classes);
+  4. calibrate the threshold on the val split: the highest one that still detects `min_tpr` of its positive
+     states (the fewest false alarms at that recall; a threshold set from the negatives alone lands in the
+     noise floor of a confident classifier, measured 3e-5 on lift, and fires on 21% of failed episodes);
+  5. evaluate on the test split: Spearman of Phi with the simulator's ground-truth progress (read here and
+     only here, when the store recorded it), classifier AUROC, false-positive / true-positive rates at the
+     threshold, per-episode false alarms; save reward_model/ (robot_rl.reward.model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from robot_rl.reward import labels as L
+from robot_rl.reward.metrics import auroc, rates, spearman, threshold_for_tpr
+from robot_rl.reward.model import CHECKPOINT_DIR, RewardModel, RewardSpec
+
+FAILURE_HELP = ("collect base-policy rollouts, which include failures, with robot-rl-collect task={task} "
+                "policy=<train-bc run>/policy episodes=200 out=ROLLOUTS and pass rollouts=ROLLOUTS")
+
+
+class RewardDataError(ValueError):
+    """The episode stores cannot train a reward model; the message says what is missing and how to get it."""
+
+
+@dataclasses.dataclass
+class RewardTrainConfig:
+    """Everything the training reads (defaults in configs/train_reward.yaml)."""
+
+    steps: int = 3000  # gradient steps per network
+    batch_size: int = 512
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    hidden: tuple[int, ...] = (256, 256)
+    failure_neighbors: int = 25  # successful states a failed state's progress target is averaged from
+    failure_distance_scale: float = 0.1  # discount of that target with distance (labels.py); 0: none
+    obs_noise: float = 0.1  # std of Gaussian noise on normalized observations during training (0: none)
+    positive_frames: int = 2  # last steps of a successful episode that are success-classifier positives
+    gap_frames: int = 3  # steps before those left out of the classifier's data (nearly successful)
+    min_tpr: float = 0.9  # the threshold is the highest that detects this share of the val positives
+    val_fraction: float = 0.1  # episodes for threshold calibration
+    test_fraction: float = 0.2  # held-out episodes for the reported metrics
+    log_every: int = 100
+    seed: int = 0
+
+    def __post_init__(self):
+        self.hidden = tuple(int(h) for h in self.hidden)
+        checks = [
+            ("steps", self.steps >= 1, ">= 1"), ("batch_size", self.batch_size >= 1, ">= 1"),
+            ("lr", self.lr > 0, "> 0"), ("weight_decay", self.weight_decay >= 0, ">= 0"),
+            ("hidden", bool(self.hidden) and min(self.hidden) >= 1, "one or more widths >= 1"),
+            ("obs_noise", self.obs_noise >= 0, ">= 0"), ("failure_neighbors", self.failure_neighbors >= 1, ">= 1"),
+            ("failure_distance_scale", self.failure_distance_scale >= 0, ">= 0"),
+            ("positive_frames", self.positive_frames >= 1, ">= 1"),
+            ("gap_frames", self.gap_frames >= 0, ">= 0"), ("min_tpr", 0.0 < self.min_tpr <= 1.0, "in (0, 1]"),
+            ("val_fraction", 0.0 < self.val_fraction < 1.0, "in (0, 1)"),
+            ("test_fraction", 0.0 < self.test_fraction < 1.0, "in (0, 1)"),
+            ("val_fraction + test_fraction", self.val_fraction + self.test_fraction < 1.0,
+             "< 1 (training needs episodes)"),
+            ("log_every", self.log_every >= 1, ">= 1"), ("seed", self.seed >= 0, ">= 0"),
+        ]
+        for name, ok, rule in checks:
+            if not ok:
+                value = getattr(self, name, self.val_fraction + self.test_fraction)
+                raise ValueError(f"{name}={value!r} must be {rule}")
+
+
+@dataclasses.dataclass
+class Episodes:
+    """Every step of the training stores, concatenated; `gt_*` are simulator ground truth, evaluation only."""
+
+    obs: dict[str, np.ndarray]  # key -> [steps, dim]
+    ends: np.ndarray  # [episodes] cumulative
+    success: np.ndarray  # [episodes] outcome
+    source: np.ndarray  # [episodes] expert | teleop | policy | intervention
+    store: np.ndarray  # [episodes] index of the store it came from
+    gt_progress: np.ndarray | None  # [steps] the env's progress after each step, when recorded
+    gt_success: np.ndarray | None  # [steps] the env's success flag of each step, when recorded
+
+    @property
+    def n_episodes(self) -> int:
+        return len(self.ends)
+
+
+def load_episodes(stores: Sequence, spec: RewardSpec) -> Episodes:
+    """Concatenate the episodes of opened EpisodeStores, checked against `spec` (task, observation keys)."""
+    obs, ends, success, source, which, gt_p, gt_s, offset = {k: [] for k in spec.obs_dims}, [], [], [], [], [], [], 0
+    for i, store in enumerate(stores):
+        if store.n_episodes == 0:
+            raise RewardDataError(f"episode store {store.path} has no episodes")
+        tasks = sorted(set(map(str, store.episode_attr("task"))))
+        if tasks != [spec.task]:
+            raise RewardDataError(f"episode store {store.path} holds task(s) {tasks}, the reward model is for "
+                                  f"task {spec.task!r}; set task=... to match or pass a store of {spec.task!r}")
+        for k, d in spec.obs_dims.items():
+            key = f"obs/{k}"
+            if key not in store.keys:
+                raise RewardDataError(f"episode store {store.path} lacks {key} (it has {sorted(store.keys)})")
+            if tuple(store.keys[key].shape) != (d,):
+                raise RewardDataError(f"episode store {store.path}: {key} has per-step shape "
+                                      f"{tuple(store.keys[key].shape)}, task {spec.task!r} observes ({d},)")
+            obs[k].append(store.read(key).astype(np.float32))
+        ends.append(store.episode_ends + offset)
+        offset += store.n_steps
+        success.append(store.episode_attr("success").astype(bool))
+        source.append(np.array([str(s) for s in store.episode_attr("source")]))
+        which.append(np.full(store.n_episodes, i))
+        gt_p.append(store.read("progress").astype(np.float32) if "progress" in store.keys else None)
+        gt_s.append(store.read("success").astype(bool) if "success" in store.keys else None)
+    cat = lambda parts: None if any(p is None for p in parts) else np.concatenate(parts)  # noqa: E731
+    return Episodes({k: np.concatenate(v) for k, v in obs.items()}, np.concatenate(ends), np.concatenate(success),
+                    np.concatenate(source), np.concatenate(which), cat(gt_p), cat(gt_s))
+
+
+def check_outcomes(data: Episodes, task: str) -> None:
+    """Both outcomes must be present: successes anchor progress and positives, failures are the negatives."""
+    n_ok = int(data.success.sum())
+    n_fail = data.n_episodes - n_ok
+    if n_fail < 2:
+        raise RewardDataError(
+            f"the data holds {n_fail} failed episode(s) of {data.n_episodes}: the success classifier needs failures "
+            f"(at least 2, some held out), and the progress model needs them so that stalling is not rewarded; "
+            + FAILURE_HELP.format(task=task))
+    if n_ok < 2:
+        raise RewardDataError(
+            f"the data holds {n_ok} successful episode(s) of {data.n_episodes}: progress labels and classifier "
+            f"positives come from successes; add demonstrations (robot-rl-collect task={task} out=DEMOS)")
+
+
+def step_mask(ends: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+    """Bool [steps]: the steps of the given episodes."""
+    episode, _, _ = L.episode_index(ends)
+    return np.isin(episode, episodes)
+
+
+def _fit(net, obs: dict[str, np.ndarray], target: np.ndarray, weight: np.ndarray, cfg: RewardTrainConfig,
+         rng: np.random.Generator, log, name: str, advance=None, on_log=None) -> float:
+    """Minibatch AdamW + cosine decay on weighted BCE(logit, target); returns the last logged loss."""
+    x = {k: torch.from_numpy(v) for k, v in obs.items()}
+    y, w = torch.from_numpy(target.astype(np.float32)), torch.from_numpy(weight.astype(np.float32))
+    for k, enc in net.encoder.enc.items():
+        enc.set_stats(obs[k])
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + np.cos(np.pi * min(1.0, s / cfg.steps))))
+    n, losses, last = len(y), [], float("nan")
+    net.train()
+    for step in range(1, cfg.steps + 1):
+        idx = torch.from_numpy(rng.integers(0, n, size=min(cfg.batch_size, n)))
+        batch = {k: v[idx] for k, v in x.items()}
+        if cfg.obs_noise > 0:  # noise in normalized units: every key gets the same relative jitter
+            batch = {k: v + cfg.obs_noise * net.encoder.enc[k].scale * torch.randn_like(v) for k, v in batch.items()}
+        logit = net(batch)
+        loss = (torch.nn.functional.binary_cross_entropy_with_logits(logit, y[idx], reduction="none") * w[idx]).sum()
+        loss = loss / w[idx].sum().clamp_min(1e-8)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{name} loss is {loss.item()} at step {step}; lower lr=")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            last = float(np.mean(losses))
+            log.scalar(f"train/{name}_loss", last, step)
+            losses = []
+            if on_log is not None:
+                on_log(step)
+                net.train()
+        if advance is not None:
+            advance(1)
+    net.eval()
+    return last
+
+
+def progress_metrics(phi: np.ndarray, data: Episodes, episodes: np.ndarray) -> dict:
+    """Phi against ground-truth progress (when recorded) and against time in failed episodes, on `episodes`."""
+    episode, t, _ = L.episode_index(data.ends)
+    mask = np.isin(episode, episodes)
+    out = {"episodes": int(len(episodes)), "states": int(mask.sum()), "mean_phi": float(phi[mask].mean())}
+    failed = [e for e in episodes if not data.success[e]]
+    # Spearman(Phi, t) inside failed episodes: how much Phi grows just by time passing there (stalling).
+    per_fail = [spearman(phi[episode == e], t[episode == e]) for e in failed]
+    out["failed_time_spearman_mean"] = float(np.nanmean(per_fail)) if failed else None
+    won = [e for e in episodes if data.success[e]]
+    out["success_end_phi_mean"] = float(np.mean([phi[data.ends[e] - 1] for e in won])) if won else None
+    out["failure_end_phi_mean"] = float(np.mean([phi[data.ends[e] - 1] for e in failed])) if failed else None
+    if data.gt_progress is None:
+        out["spearman"] = None
+        out["note"] = "the stores hold no ground-truth progress: Spearman not computed"
+        return out
+    gt = data.gt_progress
+    out["spearman"] = spearman(phi[mask], gt[mask])
+    for name, pick in (("demos", data.source != "policy"), ("rollouts", data.source == "policy"),
+                       ("successful", data.success), ("failed", ~data.success)):
+        sel = mask & np.isin(episode, np.nonzero(pick)[0])
+        out[f"spearman_{name}"] = spearman(phi[sel], gt[sel]) if sel.sum() > 1 else None
+    per_ep = [spearman(phi[episode == e], gt[episode == e]) for e in episodes]
+    out["spearman_per_episode_mean"] = float(np.nanmean(per_ep)) if len(per_ep) else None
+    return out
+
+
+def classifier_metrics(p: np.ndarray, data: Episodes, episodes: np.ndarray, threshold: float,
+                       cfg: RewardTrainConfig) -> dict:
+    """AUROC and rates at `threshold` on the labelled steps of `episodes`; per-episode false alarms."""
+    label, used = L.success_targets(data.ends, data.success, cfg.positive_frames, cfg.gap_frames)
+    episode, _, _ = L.episode_index(data.ends)
+    mask = np.isin(episode, episodes)
+    sel = mask & used
+    out = {"auroc": auroc(p[sel], label[sel]), "threshold": threshold, **rates(p[sel], label[sel], threshold)}
+    fired = p >= threshold
+    failed = [e for e in episodes if not data.success[e]]
+    won = [e for e in episodes if data.success[e]]
+    # what RL sees: a failed episode in which the classifier fires anywhere pays a false success
+    out["failed_episodes_fired"] = float(np.mean([fired[episode == e].any() for e in failed])) if failed else None
+    out["successful_episodes_detected"] = (float(np.mean([fired[data.ends[e] - cfg.positive_frames:data.ends[e]].any()
+                                                          for e in won])) if won else None)
+    if data.gt_success is not None:  # ground truth (evaluation only): the step reached a success state
+        out["auroc_gt_all_states"] = auroc(p[mask], data.gt_success[mask])
+    return out
+
+
+def plot_progress(path: Path, phi: np.ndarray, data: Episodes, episodes: np.ndarray, title: str) -> Path | None:
+    """Phi against ground-truth progress (test states) and Phi over time in a few test episodes, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    episode, t, length = L.episode_index(data.ends)
+    mask = np.isin(episode, episodes)
+    panels = 2 if data.gt_progress is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
+    ax = axes[0, 0]
+    for e in list(episodes[data.success[episodes]][:4]) + list(episodes[~data.success[episodes]][:4]):
+        sel = episode == e
+        ax.plot(t[sel], phi[sel], color="tab:green" if data.success[e] else "tab:red", alpha=0.7)
+    ax.set_xlabel("step in episode")
+    ax.set_ylabel("Phi (green: success, red: failure)")
+    ax.set_ylim(-0.02, 1.02)
+    if data.gt_progress is not None:
+        ax = axes[0, 1]
+        colors = np.where(data.success[episode[mask]], "tab:green", "tab:red")
+        ax.scatter(data.gt_progress[mask], phi[mask], s=2, alpha=0.3, c=colors)
+        ax.set_xlabel("ground-truth progress (evaluation only)")
+        ax.set_ylabel("Phi")
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def train_reward(run_dir: Path, cfg: RewardTrainConfig, data: Episodes, spec: RewardSpec, log, bar=None,
+                 info: dict | None = None) -> tuple[RewardModel, dict]:
+    """Train both networks on `data`, calibrate, evaluate on held-out episodes, save run_dir/reward_model/."""
+    run_dir = Path(run_dir)
+    check_outcomes(data, spec.task)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    splits = L.split_episodes(data.success, {"val": cfg.val_fraction, "test": cfg.test_fraction}, cfg.seed)
+    if data.success[splits["train"]].all():
+        raise RewardDataError("no failed episode is left for training after the val / test split; "
+                              + FAILURE_HELP.format(task=spec.task))
+    train_m = step_mask(data.ends, splits["train"])
+    obs_train = {k: v[train_m] for k, v in data.obs.items()}
+    model = RewardModel.build(spec, cfg.hidden)
+    task = bar.add_task("reward", total=2 * cfg.steps) if bar is not None else None
+    advance = (lambda k: bar.advance(task, k)) if bar is not None else None
+    t0 = time.perf_counter()
+
+    # progress: t/T in successes, transferred from the nearest training successes in failures
+    keys = sorted(spec.obs_dims)
+    x = np.concatenate([data.obs[k] for k in keys], axis=1).astype(np.float64)
+    mu, sd = x[train_m].mean(0), np.maximum(x[train_m].std(0), 1e-3)
+    y = L.progress_targets(data.ends, data.success, ((x - mu) / sd).astype(np.float32), train_m,
+                           cfg.failure_neighbors, cfg.failure_distance_scale)
+    val_m = step_mask(data.ends, splits["val"])
+    val_obs = {k: v[val_m] for k, v in data.obs.items()}
+
+    def log_progress(step):
+        if data.gt_progress is not None:  # evaluation only: never reaches the loss
+            log.scalar("val/progress_spearman", spearman(model.progress(val_obs), data.gt_progress[val_m]), step)
+
+    progress_loss = _fit(model.progress_net, obs_train, y[train_m], np.ones(int(train_m.sum())), cfg, rng, log,
+                         "progress", advance, log_progress)
+
+    # success classifier: positives are rare (a few frames per success), balance the two classes
+    label, used = L.success_targets(data.ends, data.success, cfg.positive_frames, cfg.gap_frames)
+    sel = train_m & used
+    n_pos = int(label[sel].sum())
+    w = np.where(label[sel], (sel.sum() - n_pos) / max(n_pos, 1), 1.0)
+    val_sel = val_m & used
+
+    def log_success(step):
+        log.scalar("val/success_auroc", auroc(model.success_prob(val_obs)[used[val_m]], label[val_sel]), step)
+
+    success_loss = _fit(model.success_net, {k: v[sel] for k, v in data.obs.items()}, label[sel].astype(np.float32),
+                        w, cfg, rng, log, "success", advance, log_success)
+    train_time = time.perf_counter() - t0
+
+    # threshold: calibrated on the val episodes' positives (their rates are reported below)
+    p_all = model.success_prob(data.obs)
+    pos_val = p_all[val_sel & label]
+    if pos_val.size == 0:
+        raise RewardDataError("the val split has no successful episode to calibrate the threshold on; raise "
+                              "val_fraction= or add successful episodes")
+    model.threshold = threshold_for_tpr(pos_val, cfg.min_tpr)
+
+    phi_all = model.progress(data.obs)
+    test = splits["test"]
+    metrics = {
+        "progress": progress_metrics(phi_all, data, test),
+        "classifier": classifier_metrics(p_all, data, test, model.threshold, cfg),
+        "classifier_val": classifier_metrics(p_all, data, splits["val"], model.threshold, cfg),
+        "splits": {k: {"episodes": int(len(v)), "successful": int(data.success[v].sum())} for k, v in splits.items()},
+        "train_states": int(train_m.sum()),
+        "classifier_train_positives": n_pos,
+        "progress_final_loss": progress_loss,
+        "success_final_loss": success_loss,
+        "train_time_s": train_time,
+    }
+    model.info = {**(info or {}), "test": {"spearman": metrics["progress"]["spearman"],
+                                           "auroc": metrics["classifier"]["auroc"],
+                                           "fpr": metrics["classifier"]["fpr"]}}
+    model.save(run_dir / CHECKPOINT_DIR)
+    plot_progress(run_dir / "progress.png", phi_all, data, test, f"progress model {spec.task} (test episodes)")
+    log.plot(run_dir / "curves.png", ["train/progress_loss", "val/progress_spearman", "train/success_loss",
+                                      "val/success_auroc"], title=f"reward model {spec.task}")
+    return model, metrics

@@ -1,0 +1,117 @@
+"""robot-rl-train-reward and robot-rl-collect policy=... end to end: run directory, metrics, bad inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import sim
+from robot_rl.data import EpisodeStore
+from tests.conftest import assert_one_line_error, run_cli
+
+# A tiny budget: the plumbing, not the learning, is under test here.
+TINY = ["steps=30", "log_every=10", "batch_size=64", "hidden=[32]", "val_fraction=0.25", "test_fraction=0.25",
+        "failure_neighbors=3"]
+
+
+class Still:
+    """Holds the arm still: every episode fails (a stand-in for a weak policy's rollouts)."""
+
+    def __init__(self, env):
+        self.n, self.a = env.num_envs, env.action_dim
+
+    def act(self, obs):
+        return np.zeros((self.n, self.a), np.float32)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    from robot_rl.data.collect import collect
+    from sim.experts import make_expert
+
+    root = tmp_path_factory.mktemp("reward_data")
+    env = sim.make("lift", num_envs=4, task_config={"episode_steps": 40})
+    with EpisodeStore.open(root / "demos.zarr", mode="a") as store:
+        collect(env, make_expert(env, noise=0.0, seed=0), store, episodes=8, seed=0, source="expert")
+    with EpisodeStore.open(root / "rollouts.zarr", mode="a") as store:
+        collect(env, Still(env), store, episodes=8, seed=1, source="policy")
+    env.close()
+    return root / "demos.zarr", root / "rollouts.zarr"
+
+
+@pytest.fixture(scope="module")
+def trained(stores, tmp_path_factory):
+    demos, rollouts = stores
+    run = tmp_path_factory.mktemp("reward") / "run"
+    proc = run_cli("robot-rl-train-reward", f"data={demos}", f"rollouts={rollouts}", *TINY, f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run, proc
+
+
+def test_train_reward_writes_the_model_metrics_and_plots(trained):
+    run, proc = trained
+    for name in ("config.yaml", "metrics.json", "curves.png", "progress.png", "reward_model/model.safetensors",
+                 "reward_model/config.json"):
+        assert (run / name).is_file(), name
+    assert list((run / "tb").glob("events.out.tfevents.*")), "TensorBoard events"
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["episodes"] == 16 and m["failed_episodes"] >= 8
+    for k in ("spearman", "spearman_demos", "spearman_rollouts", "failed_time_spearman_mean"):
+        assert k in m["progress"]
+    assert -1.0 <= m["progress"]["spearman"] <= 1.0
+    c = m["classifier"]
+    assert 0.0 <= c["auroc"] <= 1.0 and 0.0 <= c["fpr"] <= 1.0 and 0.0 < c["threshold"] < 1.0
+    assert m["splits"]["test"]["episodes"] >= 2 and m["splits"]["test"]["successful"] >= 1
+    assert [s for s, _ in m["history"]["train/progress_loss"]] == [10, 20, 30]
+    assert all(math.isfinite(v) for _, v in m["history"]["train/success_loss"])
+    assert "Spearman" in proc.stdout and "AUROC" in proc.stdout
+
+
+def test_the_trained_model_loads_and_fits_the_lift_env(trained):
+    from robot_rl.reward import load_reward_model
+
+    model = load_reward_model(trained[0])
+    env = sim.make("lift", num_envs=2)
+    try:
+        model.spec.check_env(env)
+        obs = env.reset(0)
+        phi = model.progress(obs)
+        assert phi.shape == (2,) and ((phi >= 0) & (phi <= 1)).all()
+        assert model.threshold == json.loads((trained[0] / "metrics.json").read_text())["classifier"]["threshold"]
+    finally:
+        env.close()
+
+
+def test_train_reward_without_failures_says_how_to_collect_them(stores, tmp_path):
+    demos, _ = stores
+    proc = run_cli("robot-rl-train-reward", f"data={demos}", *TINY, f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(proc, "failed episode", "robot-rl-collect task=lift policy=", "rollouts=")
+
+
+def test_train_reward_refuses_a_store_of_another_task(stores, tmp_path):
+    demos, rollouts = stores
+    proc = run_cli("robot-rl-train-reward", "task=push", f"data={demos}", f"rollouts={rollouts}", *TINY,
+                   f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(proc, "holds task(s) ['lift']", "task 'push'")
+
+
+def test_collect_policy_records_rollouts_with_source_policy(tmp_path):
+    from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+
+    env = sim.make("lift", num_envs=2)
+    ResidualPolicy.build(None, ResidualConfig(), env=env).save(tmp_path / "policy")  # zero actions: failures
+    env.close()
+    out = tmp_path / "rollouts.zarr"
+    proc = run_cli("robot-rl-collect", f"policy={tmp_path / 'policy'}", "episodes=3", "env.num_envs=2",
+                   "+env.task_config.episode_steps=10", f"out={out}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = EpisodeStore.open(out)
+    assert store.n_episodes == 3 and store.n_steps == 30
+    assert set(map(str, store.episode_attr("source"))) == {"policy"}
+    assert not store.episode_attr("success").any()
+    assert json.loads(str(store.episode_attr("metadata")[0]))["policy"] == str(tmp_path / "policy")
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["source"] == "policy" and m["episodes"] == 3
