@@ -134,10 +134,13 @@ def sample_mixed(online: Replay, demos: Replay | None, batch_size: int, demo_fra
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success", relabel_batch: int = 512) -> Replay:
+def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success", relabel_batch: int = 512,
+                extra_capacity: int = 0) -> Replay:
     """The episodes of an episode store as a one-column Replay, base actions relabeled with `base`.
 
     Rewards follow the training reward (`success`: 1.0 on steps that succeed, `env`: the stored reward).
+    `extra_capacity` leaves room for transitions added later (human corrections, `add_transitions`); once it
+    is used up they replace the oldest rows.
     An episode's last step ends it: terminated as stored, otherwise (its next observation is not stored)
     the last step is dropped and the one before becomes a truncation that bootstraps from the last obs."""
     from robot_rl.data.sampler import SequenceSampler
@@ -185,11 +188,22 @@ def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success",
     idx = np.nonzero(keep)[0]
     if not len(idx):
         raise ValueError(f"episode store {store.path} has no usable demo transitions")
-    out = Replay(len(idx), 1, obs.shape[1], action.shape[1])
+    out = Replay(len(idx) + int(extra_capacity), 1, obs.shape[1], action.shape[1])  # extra: room for corrections
     fields = dict(obs=obs[idx], base_action=base_action[idx], action=action[idx], reward=r[idx],
                   next_obs=obs[next_idx[idx]], next_base_action=base_action[next_idx[idx]],
                   terminated=terminated[idx], truncated=truncated[idx], intervention=intervention[idx])
     for k, v in fields.items():
-        out.data[k][:, 0] = v
+        out.data[k][: len(idx), 0] = v
     out.written = len(idx)
     return out
+
+
+def add_transitions(buffer: Replay, rows: dict[str, np.ndarray]) -> None:
+    """Append single transitions (fields [K, ...]) to a one-column buffer (the demo buffer), each one its own
+    n-step walk: a transition that did not terminate is cut there and bootstraps from its next_obs."""
+    if buffer.num_envs != 1:
+        raise ValueError("add_transitions appends to a one-column buffer (the demo buffer)")
+    for i in range(len(rows["reward"])):
+        one = {k: v[i: i + 1] for k, v in rows.items()}
+        one["truncated"] = one["truncated"] | ~one["terminated"]
+        buffer.add(**one)

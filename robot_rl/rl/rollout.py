@@ -2,6 +2,8 @@
 
 Per vector step:
     action = clip(base + clip(residual(obs, base) + exploration noise, -scale, scale), -1, 1)
+    with interventions (hil): the human's action instead, where they are in control; flagged in the replay,
+    and that env's base chunk is dropped so the base replans from the state the human hands back
     env.step(action) -> reward, done, final_obs (auto-reset)
     reward (REWARDS): success = the env's sparse success flag, env = the task's dense reward, learned = the
     learned success classifier at final_obs, which also decides the learner's terminations (robot_rl/reward);
@@ -55,9 +57,10 @@ class ObsHistory:
 
 class Collector:
     def __init__(self, env, policy: ResidualPolicy, replay: Replay, reward: str = "success", explore_std: float = 0.5,
-                 seed: int = 0, learned=None):
+                 seed: int = 0, learned=None, hil=None):
         """`learned`: a robot_rl.reward.LearnedReward; required by reward="learned", optional shaping with
-        "success" (then built with success="env")."""
+        "success" (then built with success="env"). `hil`: a robot_rl.hil.InterventionController (a human or the
+        scripted human) that may take over envs; its steps are executed, flagged and recorded."""
         if reward not in REWARDS:
             raise ValueError(f"reward={reward!r}; valid: {', '.join(REWARDS)}")
         if reward == "learned" and (learned is None or learned.success != "classifier"):
@@ -69,6 +72,8 @@ class Collector:
             raise ValueError("reward='env' is already dense: a learned reward / shaping goes with 'success' or "
                              "'learned'")
         self.learned = learned
+        self.hil = hil
+        self.human = np.zeros(env.num_envs, bool)  # who controlled each env at the last step
         self.env, self.policy, self.replay = env, policy, replay
         self.reward, self.explore_std = reward, float(explore_std)
         self.keys = policy.obs_keys
@@ -102,7 +107,11 @@ class Collector:
             res = res + self.rng.normal(0.0, self.explore_std * scale, res.shape).astype(np.float32)
             res = np.clip(res, -scale, scale)
         action = np.clip(self.base + res, -1.0, 1.0).astype(np.float32)
+        human = np.zeros(self.env.num_envs, bool)
+        if self.hil is not None:  # the human's action replaces the policy's where they are in control
+            action, human = self.hil.act(self.obs_dict, action)
         obs, reward, done, info = self.env.step(action)
+        intervention = np.asarray(info["intervention"], bool) | human
         term, trunc = info["terminated"], info["truncated"]
         final = info["final_obs"]
         if self.learned is not None:  # learned success (or env success) + shaping; may move terminations
@@ -111,6 +120,8 @@ class Collector:
             r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
             l_term, l_trunc = term, trunc
         self.history.push(final)
+        if human.any():  # the base's chunk went stale while the human drove: replan from here at hand-back
+            self.queue.reset(np.nonzero(human)[0])
         next_base = np.zeros_like(self.base)
         # the base action at final_obs: where the env goes on (next step's base), or where the learner bootstraps
         boot = np.nonzero(~term | l_trunc)[0]
@@ -118,7 +129,10 @@ class Collector:
             next_base[boot] = self.queue.next(self.history.data, boot)
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
                         next_obs=flatten_obs(final, self.keys), next_base_action=next_base, terminated=l_term,
-                        truncated=l_trunc, intervention=info["intervention"])
+                        truncated=l_trunc, intervention=intervention)
+        if self.hil is not None:
+            self.hil.end_episodes(done)
+        self.human = human
         self.ever_success |= info["success"]
         if done.any():
             ids = np.nonzero(done)[0]

@@ -38,13 +38,15 @@ import torch
 
 from robot_rl import checkpoint
 from robot_rl.rl.learner import Learner, LearnerConfig
-from robot_rl.rl.replay import Replay, demo_replay, sample_mixed
+from robot_rl.rl.replay import Replay, add_transitions, demo_replay, sample_mixed
 from robot_rl.rl.residual import ResidualConfig, ResidualPolicy, from_dict
 from robot_rl.rl.rollout import REWARDS, Collector
 from robot_rl.run_dir import write_metrics
 
 # May change between a checkpoint and its resume: they set how long and how visibly the run goes on, not what
 # it learns. Every other key must match.
+INTERVENTIONS = ("none", "scripted")
+
 FREE_KEYS = ("env_steps", "time_budget_s", "eval_every", "eval_episodes", "final_eval_episodes", "videos", "eval_seed",
              "log_every", "ckpt_every", "keep_checkpoints", "save_replay", "final_eval")
 
@@ -62,6 +64,9 @@ class ResidualRLConfig:
     # learned success classifier of `reward_model` (it also ends the learner's episodes; no simulator reward)
     reward_model: str | None = None  # robot-rl-train-reward run dir (or its reward_model/): reward=learned, shaping
     shaping: float = 1.0  # lambda of lambda * (gamma Phi(s') - Phi(s)) added when reward_model is set (0: none)
+    interventions: str = "none"  # none | scripted: the scripted human (robot_rl/hil) takes over when the policy drifts
+    hil: dict = dataclasses.field(default_factory=dict)  # its settings (robot_rl.hil.scripted.ScriptedHumanConfig)
+    intervention_capacity: int = 100_000  # room for human transitions in the demo buffer (they also go to replay)
     explore_std: float = 0.5  # std of Gaussian noise on the residual in rollouts, as a fraction of residual.scale
     replay_capacity: int = 300_000  # online transitions kept
     eval_every: int = 25_000  # env steps between evaluations (0: only the final one)
@@ -107,6 +112,12 @@ class ResidualRLConfig:
             # one step's reward is r_success + a shaping term in [-shaping, shaping]: widen the TD-target clip
             lo, hi = self.learner.reward_bounds
             self.learner = dataclasses.replace(self.learner, reward_bounds=(min(lo, -self.shaping), hi + self.shaping))
+        if self.interventions not in INTERVENTIONS:
+            raise ValueError(f"interventions={self.interventions!r}; valid: {', '.join(INTERVENTIONS)}")
+        if self.interventions == "scripted":
+            from robot_rl.hil.scripted import ScriptedHumanConfig
+
+            self.hil = dataclasses.asdict(ScriptedHumanConfig.from_dict(dict(self.hil)))  # names bad keys/values
         if not self.explore_std >= 0:
             raise ValueError(f"explore_std={self.explore_std!r} must be >= 0")
         if not self.time_budget_s >= 0:
@@ -166,16 +177,23 @@ class ResidualWorkspace:
 
             self.learned_reward = from_config(cfg.reward_model, cfg.reward, cfg.shaping, cfg.learner.gamma,
                                               [e for e in (env, eval_env) if e is not None])
+        self.hil = None  # robot_rl.hil.InterventionController when cfg.interventions is set
+        if cfg.interventions == "scripted":
+            from robot_rl.hil import InterventionController
+            from robot_rl.hil.scripted import ScriptedHuman, ScriptedHumanConfig
+
+            self.hil = InterventionController(env.num_envs, ScriptedHuman(env, ScriptedHumanConfig(**cfg.hil)))
         self.demos = None
         if demo_store is not None and cfg.demo_fraction > 0:
             self.demos = demo_replay(demo_store, base, self.policy.obs_keys,
-                                     "success" if cfg.reward == "learned" else cfg.reward)
+                                     "success" if cfg.reward == "learned" else cfg.reward,
+                                     extra_capacity=cfg.intervention_capacity if self.hil is not None else 0)
             if self.learned_reward is not None:
                 from robot_rl.reward.shaping import relabel_replay
 
                 relabel_replay(self.demos, self.learned_reward, self.policy.obs_keys, dict(env.obs_dims))
         self.collector = Collector(env, self.policy, self.replay, cfg.reward, cfg.explore_std, seed=cfg.seed + 1,
-                                   learned=self.learned_reward)
+                                   learned=self.learned_reward, hil=self.hil)
         self.env_steps = 0
         self.episodes = 0
         self.owed = 0.0  # fractional updates carried over (utd * N need not be whole)
@@ -256,6 +274,16 @@ class ResidualWorkspace:
             self.restart_envs()  # evaluation reset the shared env: training episodes start over
         return metrics
 
+    def route_interventions(self) -> None:
+        """The human's transitions of the newest replay row also go into the demo buffer (they are the most
+        valuable data: corrections where the policy was about to fail)."""
+        if self.hil is None or self.demos is None or not self.replay.written:
+            return
+        p = (self.replay.written - 1) % self.replay.rows
+        human = self.replay.data["intervention"][p]
+        if human.any():
+            add_transitions(self.demos, {k: v[p][human] for k, v in self.replay.data.items()})
+
     def learn(self, transitions: int, window: dict) -> None:
         """The `utd * transitions` gradient updates owed for new transitions, once learning has started
         (fractions carry over); metrics, update count and update time go into `window`."""
@@ -297,6 +325,7 @@ class ResidualWorkspace:
         while self.env_steps < cfg.env_steps and not (cfg.time_budget_s and clock.now() >= cfg.time_budget_s):
             # 1. one vector step: base chunks open-loop, residual + exploration noise every step
             self.collector.step(explore=True)
+            self.route_interventions()
             self.env_steps += n
             # 2. utd * N gradient updates once learning has started
             self.learn(n, window)
@@ -336,6 +365,11 @@ class ResidualWorkspace:
         step = self.env_steps
         finished = self.collector.pop_finished()
         self.episodes += len(finished)
+        if self.hil is not None:
+            from robot_rl.hil import summary
+
+            log.scalars(summary(self.hil.pop_finished()), step)
+            log.scalar("hil/fraction_so_far", self.hil.fraction, step)
         if finished:
             succ, ret, length = (np.array(x, dtype=np.float64) for x in zip(*finished))
             log.scalars({"success_rate": succ.mean(), "env_return": ret.mean(), "length": length.mean(),
