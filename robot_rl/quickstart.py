@@ -1,5 +1,7 @@
-"""The quickstart pipeline: scripted expert -> noisy demonstrations -> diffusion BC -> evaluation -> residual RL
-on the BC policy -> evaluation of base + residual on the same episodes.
+"""The quickstart pipeline: scripted expert -> noisy demonstrations -> diffusion BC -> evaluation -> BC rollouts
+-> progress model + success classifier -> residual RL on the BC policy with the learned rewards and scripted-
+human interventions -> evaluation of base + residual on the same episodes -> the deployment node against the
+simulated robot over DDS -> report.html / report.md.
 
 Each stage writes into its own folder of the run directory and, when it finished, a `done.json` with its
 results; a rerun in the same run directory reuses finished stages (`force=true` redoes them). A stage
@@ -9,8 +11,12 @@ that fails stops the pipeline with its message and leaves the earlier stages' ou
     <run>/demos/episodes.zarr       noisy expert demonstrations (episode store)
     <run>/bc/                       the BC training run (policy/, checkpoints/, tb/, curves.png, videos/)
     <run>/eval_bc/metrics.json      the BC policy, evaluated on held-out seeds, and its videos
+    <run>/rollouts/episodes.zarr    BC-policy rollouts (successes and failures) for the reward models
+    <run>/reward/                   robot-rl-train-reward's outputs: reward_model/, metrics, curves
     <run>/residual/                 the residual RL run (policy/ = BC base + residual, tb/, curves.png)
     <run>/eval_residual/            base + residual on the eval_bc episodes, and its videos
+    <run>/deploy/{driver,node}/     the dry run: robot-rl-sim-driver and robot-rl-deploy runs (latency, success)
+    <run>/report.html, report.md    the report
     <run>/metrics.json              every stage's summary
 """
 
@@ -25,7 +31,7 @@ from typing import Callable
 from robot_rl.atomic import atomic_write_text
 from robot_rl.run_dir import write_metrics
 
-STAGES = ("expert", "demos", "bc", "eval_bc", "residual", "eval_residual")
+STAGES = ("expert", "demos", "bc", "eval_bc", "rollouts", "reward", "residual", "eval_residual", "deploy")
 
 
 class StageFailed(RuntimeError):

@@ -164,9 +164,13 @@ def _scalars(d: dict, keys: tuple[str, ...] | None = None) -> list[list]:
 
 # (stage, title, keys shown) of the sections that are tables of one stage's figures.
 TABLE_SECTIONS = (
-    ("reward", "Reward models", None),
-    ("interventions", "Interventions", None),
-    ("deploy", "Deployment dry run: control loop over DDS", None),
+    ("reward", "Reward models (held-out episodes)",
+     ("progress_spearman", "classifier_auroc", "classifier_fpr", "classifier_tpr", "threshold", "test_episodes")),
+    ("residual", "Residual RL and interventions",
+     ("env_steps", "updates", "train_time_s", "human_fraction", "human_steps")),
+    ("deploy", "Deployment dry run: control loop over DDS",
+     ("episodes", "successes", "ticks", "missed_ticks", "p99_lateness_ms", "obs_to_cmd_p50_ms", "obs_to_cmd_p99_ms",
+      "chunk_latency_p50_ms")),
 )
 
 

@@ -45,7 +45,8 @@ def _compose(*overrides: str):
 
 TINY_BC = ["demos=6", "bc.steps=3", "bc.batch_size=16", "policy.dims=[16,32]", "policy.step_embed_dim=16",
            "policy.pred_horizon=8", "policy.action_horizon=4", "policy.inference_steps=3"]
-TINY_RL = ["rl.time_budget_s=0", "rl.env_steps=40", "rl.learning_starts=20", "rl.residual.hidden=[16]",
+TINY_RL = ["rollouts=4", "reward.steps=5", "reward.batch_size=64", "deploy_episodes=1",
+           "rl.time_budget_s=0", "rl.env_steps=40", "rl.learning_starts=20", "rl.residual.hidden=[16]",
            "rl.learner.num_critics=2", "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16",
            "rl.learner.critic_warmup=5"]
 
@@ -54,18 +55,22 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
     proc = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stages = json.loads((tmp_path / "metrics.json").read_text())["stages"]
-    assert set(stages) == {"expert", "demos", "bc", "eval_bc", "residual", "eval_residual"}
+    assert set(stages) == {"expert", "demos", "bc", "eval_bc", "rollouts", "reward", "residual", "eval_residual",
+                           "deploy"}
     assert stages["expert"]["episodes"] == 4 and stages["expert"]["success_rate"] == 1.0
     assert stages["demos"]["episodes"] == 6 and stages["bc"]["steps"] == 3
     assert 0.0 <= stages["eval_bc"]["success_rate"] <= 1.0 and len(stages["eval_bc"]["videos"]) == 1
+    assert stages["rollouts"]["episodes"] == 4 and 0.0 <= stages["reward"]["classifier_auroc"] <= 1.0
     assert stages["residual"]["env_steps"] == 40 and stages["residual"]["updates"] > 0
+    assert stages["residual"]["reward"] == "learned" and 0.0 <= stages["residual"]["human_fraction"] <= 0.15
+    assert stages["deploy"]["episodes"] == 1 and stages["deploy"]["missed_ticks"] is not None
     assert stages["eval_residual"]["episodes"] == 4 and stages["eval_residual"]["seed"] == stages["eval_bc"]["seed"]
     for path in ("config.yaml", "demos/episodes.zarr", "bc/policy/model.safetensors", "bc/curves.png",
                  "eval_bc/videos/episode_0.mp4", "residual/policy/config.json", "residual/curves.png",
-                 "eval_residual/videos/episode_0.mp4"):
+                 "eval_residual/videos/episode_0.mp4", "reward/reward_model", "deploy/node/metrics.json"):
         assert (tmp_path / path).exists(), path
     for line in ("scripted expert success rate", "diffusion BC success rate", "BC + residual RL success rate",
-                 "residual RL: 40 env steps"):
+                 "residual RL: 40 env steps", "reward models: Spearman", "deployment dry run over DDS: "):
         assert line in proc.stdout, line
     assert str(tmp_path) in proc.stdout
     report = tmp_path / "report.html"
@@ -73,7 +78,8 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
     assert "| BC + residual RL |" in (tmp_path / "report.md").read_text()
     dom = _chromium(tmp_path, "--dump-dom", report.as_uri())
     assert dom.returncode == 0, dom.stderr
-    for text in ("Success rates", "diffusion BC", "BC + residual RL", "Learning curves", "Final policy"):
+    for text in ("Success rates", "diffusion BC", "BC + residual RL", "Learning curves", "Final policy",
+                 "Reward models", "Residual RL and interventions", "Deployment dry run"):
         assert text in dom.stdout, text
     shot = tmp_path / "report.png"
     _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1000,1600", "--hide-scrollbars", report.as_uri())
@@ -85,7 +91,7 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
     policy_mtime = (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns
     again = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, tmp_path=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert again.stdout.count("(reused)") == 3
+    assert again.stdout.count("(reused)") == 3  # the stages with a success rate: expert, BC, BC + residual
     assert (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns == policy_mtime
 
 

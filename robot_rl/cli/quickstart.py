@@ -18,7 +18,19 @@ from omegaconf import DictConfig
 from robot_rl.cli.common import env_config, fail, make_env, number, progress_bar, set_torch_threads, whole
 from robot_rl.cli.train_bc import bc_config, open_store, policy_config
 from robot_rl.cli.train_residual import rl_config
-from robot_rl.run_dir import current_run_dir, write_config
+from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+
+
+def reward_config(node):
+    """Validated RewardTrainConfig from the quickstart's `reward` node (defaults for keys it leaves out)."""
+    from omegaconf import OmegaConf
+
+    from robot_rl.reward.train import RewardTrainConfig
+
+    try:
+        return RewardTrainConfig(**OmegaConf.to_container(node, resolve=True))
+    except (TypeError, ValueError) as e:
+        fail(f"reward: {e}")
 
 
 def _check(cfg: DictConfig):
@@ -28,7 +40,7 @@ def _check(cfg: DictConfig):
     stages = list(cfg.stages)
     if not stages or stages != list(STAGES[: len(stages)]):
         fail(f"stages={stages} must be a prefix of {list(STAGES)}")
-    for k in ("episodes", "demos"):
+    for k in ("episodes", "demos", "rollouts", "deploy_episodes"):
         whole(k, cfg[k], 1)
     for k in ("eval_seed", "seed", "videos", "torch_threads"):
         whole(k, cfg[k], 0)
@@ -47,6 +59,7 @@ def main(cfg: DictConfig) -> None:
     demos_path = run_dir / "demos" / "episodes.zarr"
     bc_cfg = bc_config(cfg.bc, env_cfg, str(demos_path), where="bc.") if "bc" in stages else None
     rl_cfg = rl_config(cfg.rl) if "residual" in stages else None
+    reward_cfg = reward_config(cfg.reward) if "reward" in stages else None
     set_torch_threads(int(cfg.torch_threads))
     write_config(run_dir, cfg)
 
@@ -102,6 +115,41 @@ def main(cfg: DictConfig) -> None:
                 policy = load_policy(run_dir / "bc" / "policy")
                 return summary(evaluate(policy, "BC policy", out, videos=int(cfg.videos)))
 
+            def rollouts(out):
+                from policies import load_policy
+                from policies.runner import PolicyRunner
+                from robot_rl.data import EpisodeStore
+                from robot_rl.data.collect import collect
+
+                task = bar.add_task("rollouts: record BC episodes", total=int(cfg.rollouts))
+                path = out / "episodes.zarr"
+                runner = PolicyRunner(load_policy(run_dir / "bc" / "policy"), env.num_envs)
+                with EpisodeStore.open(path, mode="a") as store:
+                    r = collect(env, runner, store, int(cfg.rollouts), seed=int(cfg.seed) + 1, source="policy",
+                                metadata={"policy": str(run_dir / "bc" / "policy")},
+                                progress=lambda n: bar.advance(task, n))
+                return {"store": str(path), **r}
+
+            def reward(out):
+                from robot_rl.data import EpisodeStore
+                from robot_rl.reward.model import CHECKPOINT_DIR, RewardSpec
+                from robot_rl.reward.train import load_episodes, train_reward
+                from robot_rl.run_log import RunLog
+
+                stores = [EpisodeStore.open(demos_path), EpisodeStore.open(run_dir / "rollouts" / "episodes.zarr")]
+                data = load_episodes(stores, RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims)))
+                log = RunLog(out)
+                _, m = train_reward(out, reward_cfg, data, RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims)),
+                                    log, bar)
+                write_metrics(out, {"task": env_cfg.task, **m, "history": log.history_json()})
+                log.close()
+                for st in stores:
+                    st.close()
+                p, c = m["progress"], m["classifier"]
+                return {"reward_model": str(out / CHECKPOINT_DIR), "progress_spearman": p["spearman"],
+                        "classifier_auroc": c["auroc"], "classifier_fpr": c["fpr"], "classifier_tpr": c["tpr"],
+                        "threshold": c["threshold"], "test_episodes": m["splits"]["test"]["episodes"]}
+
             def residual(out):
                 from policies import load_policy
                 from robot_rl.rl.train import ResidualWorkspace, write_results
@@ -119,8 +167,12 @@ def main(cfg: DictConfig) -> None:
                                                  "demos": str(demos_path)})
                 log.close()
                 store.close()
-                return {"policy": str(out / "policy"), "env_steps": result["env_steps"], "updates": result["updates"],
-                        "train_time_s": result["train_time_s"]}
+                summary_ = {"policy": str(out / "policy"), "env_steps": result["env_steps"],
+                            "updates": result["updates"], "train_time_s": result["train_time_s"],
+                            "reward": rl_cfg.reward, "interventions": rl_cfg.interventions}
+                if ws.hil is not None:
+                    summary_.update(human_fraction=ws.hil.fraction, human_steps=ws.hil.total_intervention_steps)
+                return summary_
 
             def eval_residual(out):
                 from policies import load_policy
@@ -128,9 +180,17 @@ def main(cfg: DictConfig) -> None:
                 policy = load_policy(run_dir / "residual" / "policy")
                 return summary(evaluate(policy, "BC + residual", out, videos=int(cfg.videos)))
 
+            def deploy(out):
+                from robot_rl.dry_run import dry_run
+
+                task = bar.add_task("deploy: dry run over DDS (episodes)", total=int(cfg.deploy_episodes))
+                return dry_run(out, run_dir / "residual" / "policy", env_cfg.task, int(cfg.deploy_episodes),
+                               seed=int(cfg.eval_seed), progress=lambda n: bar.advance(task, n))
+
             pipe = Pipeline(run_dir, force=bool(cfg.force))
             for name, fn in (("expert", expert), ("demos", demos), ("bc", bc), ("eval_bc", eval_bc),
-                             ("residual", residual), ("eval_residual", eval_residual)):
+                             ("rollouts", rollouts), ("reward", reward), ("residual", residual),
+                             ("eval_residual", eval_residual), ("deploy", deploy)):
                 if name in stages:
                     pipe.stage(name, fn)
     except StageFailed as e:
@@ -164,9 +224,21 @@ def _print(results: dict, env_cfg, wall: float, run_dir) -> None:
     if "demos" in results:
         d = results["demos"]
         print(f"demos: {d['episodes']} episodes, {d['steps']} steps, noise {d['noise']}, success {d['success_rate']:.2f}")
+    if "reward" in results:
+        r = results["reward"]
+        sp = "n/a" if r["progress_spearman"] is None else f"{r['progress_spearman']:.3f}"
+        print(f"reward models: Spearman(progress, true progress) {sp}, classifier AUROC {r['classifier_auroc']:.3f}, "
+              f"FPR {r['classifier_fpr']:.4f} at its threshold")
     if "residual" in results:
         r = results["residual"]
-        print(f"residual RL: {r['env_steps']} env steps, {r['updates']} updates, {r['train_time_s']:.0f} s of training")
+        hil = f", human in control of {r['human_fraction']:.1%} of steps" if "human_fraction" in r else ""
+        print(f"residual RL: {r['env_steps']} env steps, {r['updates']} updates, {r['train_time_s']:.0f} s of training, "
+              f"reward={r['reward']}{hil}")
+    if "deploy" in results:
+        r = results["deploy"]
+        print(f"deployment dry run over DDS: {r['successes']}/{r['episodes']} successes, tick lateness p99 "
+              f"{r['p99_lateness_ms']:.3f} ms, obs-to-command p99 {r['obs_to_cmd_p99_ms']:.3f} ms, "
+              f"missed ticks {r['missed_ticks']}")
     print(f"wall time {wall:.0f} s; run dir: {run_dir}")
 
 
