@@ -4,7 +4,9 @@ A chunk requested with the observations of policy step s holds actions for steps
 It arrives some steps later (inference latency); its actions for steps already past are dropped.
 
   none               open loop, as the sim runner: each step takes the newest chunk that covers it. The next
-                     chunk is requested `lead_steps` + measured latency steps before the queue runs out.
+                     chunk is requested `lead_steps` + measured latency steps before the queue runs out; with
+                     lead_steps 0 and inference faster than a policy step, that is at the step the queue runs
+                     out, from that step's observation, as in sim (its first action lands inference-latency late).
   temporal_ensemble  ACT (Zhao et al. 2023): a chunk is requested every step; a step's action is the average
                      of every chunk's prediction for it, weighted exp(-k * i) with i = 0 for the oldest.
   crossfade          real-time-chunking style (Black et al. 2025, without inpainting guidance): actions
@@ -15,8 +17,6 @@ With one-step chunks (H = 1, e.g. the scripted expert) all modes request every s
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -43,7 +43,9 @@ class ChunkBlender:
         """Whether to request a new chunk with this step's observations (none in flight assumed)."""
         if self.cfg.mode == "temporal_ensemble" or self.horizon == 1:
             return True
-        lead = self.cfg.lead_steps + math.ceil(self.latency_steps)
+        # rounded, not ceil: one chunk that arrived a step late must not make every later request a step early
+        # (from an older observation) for the rest of the episode
+        lead = self.cfg.lead_steps + int(self.latency_steps + 0.5)
         if self.cfg.mode == "crossfade":
             lead += self.cfg.crossfade_steps
         return self.covered_until() - step <= lead

@@ -7,6 +7,8 @@ inference result arrives, so receipt times are exact and a fresh chunk is used t
         drain inputs: joint states (checked by the safety layer), e-stop, reset, teleop, object pose,
                       episode events, cameras; inference results
         safety watchdog -> WAITING (nothing sent) | RUNNING | HOLDING (last command again) | STOPPED
+        a new episode (or a restart after a reset): the first chunk is planned from the initial state while the
+            position is held; only then does the status report `ready` (the sim driver starts physics on it)
         on a policy step (every rate_hz / control_hz ticks):
             observation from the latest state by the sim task's code (real/observation.py)
             human action if teleop is live, else request a chunk if the blender wants one (never waits)
@@ -124,6 +126,7 @@ class ControlNode:
         self._prev_state: tuple[int, np.ndarray] | None = None
         self.object_pose = None if self.needs_object else self.obs_model.object_pose_default()
         self.object_t = None
+        self.object_stamp_ns = 0
         self.images: dict[str, np.ndarray] = {}
         self.teleop_action = None
         self.teleop_t = -np.inf
@@ -139,6 +142,12 @@ class ControlNode:
         self.target_q: np.ndarray | None = None
         self.step_start_cmd: np.ndarray | None = None
         self.pending = False  # this step's action has not arrived yet
+        # Planning an episode's first chunk before step 0: in sim the first action acts from t = 0; here it would
+        # otherwise land inference-latency late, and every episode's first step would be short.
+        self.priming = False
+        self._prime_sent = False
+        self._ready_pending = False  # the first chunk arrived; `ready` goes out with the next status
+        self._start_after: float | None = None  # step 0 starts on a state received after `ready` went out
         self.generation = 0  # bumped whenever queued chunks become meaningless (reset, take-over, new episode)
         self._request_gen: dict[int, tuple[int, float]] = {}
         self._anchor_after: float | None = None  # re-anchor the command on a state received after this time
@@ -220,6 +229,7 @@ class ControlNode:
             v = self.safety.check_vector("object_pose", [p.x, p.y, p.z, o.x, o.y, o.z, o.w], 7)
             if v is not None:
                 self.object_pose, self.object_t = np.concatenate([v[:3], ros_quat_to_mujoco(*v[3:])]), t
+                self.object_stamp_ns = stamp_ns(msg.header.stamp)
         for cam, sub in self.sub_cameras.items():
             for msg, t in sub.take():
                 img = self._image(msg)
@@ -257,7 +267,10 @@ class ControlNode:
                                       f"{(self.spec.action_horizon, self.action_dim)}")
                     continue
                 self.blender.add(chunk, start, self.step)
-                if self.pending and self.mode == Mode.RUNNING:
+                if self.priming:
+                    self.priming, self._ready_pending = False, True
+                    self._status_due = 0.0
+                elif self.pending and self.mode == Mode.RUNNING:
                     self._late_update(now)
             elif r[0] == "error":
                 self.log(f"policy raised: {r[2]}")
@@ -300,6 +313,7 @@ class ControlNode:
         self.blender.reset()
         self.step, self.tick_in_step = 0, 0
         self.history, self.step_obs, self.target_q, self.pending = None, None, None, False
+        self.priming, self._prime_sent, self._ready_pending, self._start_after = True, False, False, None
         self.teleop_active = False
         self.last_action = self.action_space.neutral.astype(np.float64)
         if not self.worker_dead:
@@ -353,7 +367,14 @@ class ControlNode:
             self.generation += 1
             self.blender.reset()
             self.pending = False
+            self._prime_sent = False  # a first chunk in flight is void too: plan it again
         self._set_mode(Mode.RUNNING)
+        if self.priming:
+            self._prime(now)
+        if self.priming or self._ready_pending or (self._start_after is not None and self.state_t < self._start_after):
+            self._publish(self.safety.hold(), now)
+            return
+        self._start_after = None
         if self.tick_in_step == 0:
             if self.pending:
                 self.counts["starved_steps"] += 1
@@ -389,12 +410,31 @@ class ControlNode:
         if self.recorder is not None and self.recorder.active:
             self.recorder.end(False, partial=True, stop_reason=self.safety.stop_reason)
 
-    def _policy_step(self, now: float) -> None:
-        phys = self.obs_model.phys(self.q, self.qd, self.object_pose, self.cfg.sensor_lag_s)
+    def _observation(self):
+        """(Phys, the policy's observation dict [1, dim]) of the latest state."""
+        phys = self.obs_model.phys(self.q, self.qd, self.object_pose)
         obs = self.obs_model.observe(phys, self.target)
         for cam, img in self.images.items():
             obs[f"images/{cam}"] = img[None]
-        obs = {k: obs[k] for k in self.obs_keys}
+        return phys, {k: obs[k] for k in self.obs_keys}
+
+    def _prime(self, now: float) -> None:
+        """Request the episode's first chunk from the state the robot holds (step 0 then starts with its action)."""
+        if now - self.teleop_t <= self.cfg.teleop_timeout_s:
+            self.priming = False  # a human acts from step 0: nothing to plan
+            return
+        if self._prime_sent or self.worker.busy or self.worker_dead:
+            return
+        _, obs = self._observation()
+        self.history = {k: np.repeat(v[:, None], self.spec.obs_horizon, axis=1) for k, v in obs.items()}
+        rid = self.worker.request({k: v.copy() for k, v in self.history.items()}, self.step)
+        self._request_gen[rid] = (self.generation, now)
+        self._prime_sent = True
+
+    def _policy_step(self, now: float) -> None:
+        phys, obs = self._observation()
+        if self.needs_object and self.object_stamp_ns < self.state_stamp_ns:
+            self.counts["object_older_than_state_steps"] += 1  # perception behind the joints (diagnostics)
         if self.history is None:
             self.history = {k: np.repeat(v[:, None], self.spec.obs_horizon, axis=1) for k, v in obs.items()}
         else:
@@ -445,7 +485,7 @@ class ControlNode:
         self.pending = False
         self.counts["late_updates"] += 1
         # IK from the state now (a few ms after the observation), as sim's IK starts from the current state
-        self._apply_base(base, self.obs_model.phys(self.q, self.qd, self.object_pose, self.cfg.sensor_lag_s))
+        self._apply_base(base, self.obs_model.phys(self.q, self.qd, self.object_pose))
         if self.target_q is not None and not self.safety.stopped:
             self._publish(self.safety.filter(self._tick_command(), self.q), now, tick=False)
 
@@ -491,6 +531,7 @@ class ControlNode:
     def status(self) -> dict:
         return {
             "mode": self.mode.value, "stop_reason": self.safety.stop_reason, "episode": self.episode,
+            "ready": self.episode is not None and not self.priming,
             "step": self.step, "source": "teleop" if self.teleop_active else "policy",
             "safety": dict(self.safety.counts), "counts": dict(self.counts), "last_rejection": self.safety.last_rejection,
         }
@@ -498,6 +539,9 @@ class ControlNode:
     def _publish_status(self) -> None:
         msg = String(data=json.dumps(self.status()))
         self.pub_status.publish(msg)
+        if self._ready_pending:  # step 0 starts on a state measured after the robot heard `ready`
+            self._ready_pending = False
+            self._start_after = time.monotonic()
         self._record("status", msg, time.time_ns())
         self._status_due = time.monotonic() + 1.0 / self.cfg.status_hz
 

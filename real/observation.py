@@ -43,24 +43,19 @@ class ObservationModel:
         """The object's pose (pos 3, quat wxyz 4) in the model's default configuration."""
         return self.model.qpos0[self.obj_adr : self.obj_adr + 7].copy()
 
-    def phys(self, q: np.ndarray, qd: np.ndarray, object_pose: np.ndarray | None, sensor_lag_s: float = 0.0) -> Phys:
-        """Phys (batch of 1) from joint positions/velocities [n] (wire order) and object pose [7] (pos, wxyz).
-
-        sensor_lag_s > 0 evaluates the frame sensors (end-effector frame, joint anchors and axes) at the
-        joint positions that long ago, q - qd * sensor_lag_s, as the sim backends do (see DeployConfig)."""
+    def phys(self, q: np.ndarray, qd: np.ndarray, object_pose: np.ndarray | None) -> Phys:
+        """Phys (batch of 1) from joint positions/velocities [n] (wire order) and object pose [7] (pos, wxyz)."""
         d, m = self.data, self.model
         d.qpos[:] = m.qpos0
         d.qvel[:] = 0.0
-        d.qpos[self.qpos_adr] = q - qd * sensor_lag_s if sensor_lag_s > 0 else q
+        d.qpos[self.qpos_adr] = q
         d.qvel[self.dof_adr] = qd
         if object_pose is not None:
             d.qpos[self.obj_adr : self.obj_adr + 7] = object_pose
         mujoco.mj_kinematics(m, d)
         mujoco.mj_comPos(m, d)
         mujoco.mj_sensorPos(m, d)
-        qpos = d.qpos.copy()
-        qpos[self.qpos_adr] = q
-        return Phys(qpos[None], d.qvel[None].copy(), d.sensordata[None].copy(), d.mocap_pos[None].copy())
+        return Phys(d.qpos[None].copy(), d.qvel[None].copy(), d.sensordata[None].copy(), d.mocap_pos[None].copy())
 
     def observe(self, phys: Phys, target: np.ndarray) -> dict[str, np.ndarray]:
         """The task's observation dict, float32 [1, dim] per key (no noise: the robot brings its own)."""

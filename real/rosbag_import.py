@@ -170,7 +170,7 @@ def bag_to_episodes(msgs: dict, env, cfg: DeployConfig, *, target=None, source: 
                 if j < 0:
                     continue
                 pose = obj[j]
-            phys = om.phys(st_q[i], st_qd[i], pose, cfg.sensor_lag_s)
+            phys = om.phys(st_q[i], st_qd[i], pose)
             obs = om.observe(phys, tgt)
             q_cmd = cmd_q[c]
             grip = np.clip(2.0 * q_cmd[fingers].mean() / robot.FINGER_MAX - 1.0, -1.0, 1.0)

@@ -14,7 +14,7 @@ time_from_start). Commands of the wrong length, with unknown joint names or NaN/
 counted, as ros2_control's controllers do.
 
 Episodes use the same env and seeds as in-process evaluation: episode k of the driver starts from the
-state `env.reset(seed)` gives env 0 in its k-th episode (sim.core.sample_episode with the env's key and
+state `env.reset(seed)` gives env 0 in its k-th episode (`MujocoEnv.start_episode`: the env's key and
 episode counter k, randomization applied to the model), success is checked every control step
 (1 / control_hz) with the task's own `evaluate`, and an episode ends at success (terminate_on_success) or
 after episode_steps control steps. Physics stays frozen after a reset until the control node acknowledges
@@ -40,7 +40,6 @@ from real.messages import (
 )
 from real.qos import LATEST, RELIABLE, SENSOR_DATA
 from real.tick_clock import TickClock
-from sim import core
 
 
 class NodeTimeout(RuntimeError):
@@ -102,20 +101,9 @@ class SimDriver:
     # ---- episodes ---------------------------------------------------------------------------------
     def _reset(self, k: int) -> np.ndarray:
         """Episode k of env 0 for the seed: exactly the state in-process evaluation starts from."""
-        env = self.env
-        params, qpos, mocap, target = core.sample_episode(
-            np, self.task, env.cfg.randomization, env.key[:1], np.array([k], dtype=np.uint32)
-        )
-        m, d = self.model, self.data
-        env.fields.apply_mujoco(m, {n: float(v[0]) for n, v in params.items() if n != "latency"})
-        mujoco.mj_resetData(m, d)
-        d.qpos[:] = qpos[0]
-        if m.nmocap:
-            d.mocap_pos[:] = mocap[0]
-        mujoco.mj_forward(m, d)
+        d = self.data
+        self.params, self._target = self.env.start_episode(0, k, d)
         d.ctrl[self.act_of] = d.qpos[self.qpos_adr]  # servos hold the reset posture
-        self.params = {n: np.asarray(v) for n, v in params.items()}
-        self._target = np.asarray(target[0], dtype=np.float64)
         self._cmd_queue.clear()
         self._ramp = None
         return self._target
@@ -178,11 +166,12 @@ class SimDriver:
                 return {"index": k, "seed": self.seed, "success": success, "steps": steps, "interrupted": True}
 
     def _success(self) -> bool:
+        from sim.backends.mujoco_cpu import position_sensors
         from sim.task import Phys
 
         d = self.data
-        # sensordata as mj_step left it (computed before the last integration), exactly what the sim env
-        # evaluates; an extra mj_forward here would also perturb the next step's solver warm start
+        # frame sensors at the final qpos, as the sim env evaluates (mj_step leaves them one physics step behind)
+        position_sensors(self.model, d)
         phys = Phys(d.qpos[None], d.qvel[None], d.sensordata[None], d.mocap_pos[None])
         _, success, _ = self.task.evaluate(np, phys, self._target[None], self.params)
         return bool(np.asarray(success)[0])
@@ -205,7 +194,9 @@ class SimDriver:
     def _read_status(self) -> None:
         for msg, _ in self.sub_status.take():
             try:
-                self.node_episode = json.loads(msg.data).get("episode")
+                st = json.loads(msg.data)
+                # the node is ready once it has planned the episode's first action (older nodes send no "ready")
+                self.node_episode = st.get("episode") if st.get("ready", True) else None
             except (json.JSONDecodeError, AttributeError):
                 self.counts["bad_status"] += 1
 
@@ -278,15 +269,17 @@ class SimDriver:
         w, x, y, z = d.qpos[self.obj_adr + 3 : self.obj_adr + 7]
         pose = PoseStamped(header=Header(stamp=header.stamp, frame_id="world"),
                            pose=Pose(position=Point(*map(float, pos)), orientation=Quaternion(float(x), float(y), float(z), float(w))))
+        # The pose first: the node ticks just after a joint state arrives, and a pose of the same instant that
+        # arrived after it would be read one tick (10 ms) stale.
         if self.state_latency > 0:
             self._state_queue.append((now + self.state_latency, js, pose))
             while self._state_queue and self._state_queue[0][0] <= now:
                 _, js_d, pose_d = self._state_queue.popleft()
-                self.pub_state.publish(js_d)
                 self.pub_object.publish(pose_d)
+                self.pub_state.publish(js_d)
         else:
-            self.pub_state.publish(js)
             self.pub_object.publish(pose)
+            self.pub_state.publish(js)
 
     def metrics(self) -> dict:
         succ = [r["success"] for r in self.results]

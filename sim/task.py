@@ -5,8 +5,9 @@ same code runs batched under numpy (MuJoCo C backend, arrays [N, ...]) and per e
 (MJX backend, inside vmap). Every function indexes with `[..., k]`, never with a leading batch axis.
 
 Physics state is read only through `Phys` (qpos, qvel, sensordata, mocap_pos); robot quantities come from
-frame sensors defined in robot.py. `target` is a per-episode task vector (goal, hole pose, ...) sampled at
-reset; `params` are the per-episode domain-randomization draws (see randomization.py).
+frame sensors defined in robot.py, evaluated at the same state as qpos (after a step's last integration).
+`target` is a per-episode task vector (goal, hole pose, ...) sampled at reset; `params` are the per-episode
+domain-randomization draws (see randomization.py).
 """
 
 from __future__ import annotations
@@ -30,11 +31,23 @@ class Phys(NamedTuple):
     mocap_pos: Any
 
 
+# Sensor types that forward kinematics alone determines. Both backends recompute sensors after a control step's
+# last physics step with a kinematics pass only (mj_step's own sensordata is one physics step behind qpos).
+KINEMATIC_SENSORS = frozenset(
+    int(getattr(mujoco.mjtSensor, f"mjSENS_FRAME{k}")) for k in ("POS", "QUAT", "XAXIS", "YAXIS", "ZAXIS")
+)
+
+
 class Layout:
     """Static indices into the compiled model (sensor slices, joint addresses), shared by both backends."""
 
     def __init__(self, model: mujoco.MjModel):
         self.sensors: dict[str, slice] = {}
+        other = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i) for i in range(model.nsensor)
+                 if int(model.sensor_type[i]) not in KINEMATIC_SENSORS]
+        if other:
+            raise ValueError(f"sensor(s) {other} are not frame sensors (framepos/framequat/frame[xyz]axis); "
+                             "task observations read only sensors that forward kinematics determines")
         for i in range(model.nsensor):
             name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i)
             adr, dim = int(model.sensor_adr[i]), int(model.sensor_dim[i])

@@ -153,3 +153,71 @@ def test_mass_randomization_keeps_the_model_constants_mujoco_derives_from_mass()
         mujoco.mj_setConst(m, mujoco.MjData(m))
         np.testing.assert_allclose(written[0], m.body_subtreemass, rtol=1e-9)
         np.testing.assert_allclose(written[1], m.body_invweight0[env.fields.body], rtol=1e-6)
+
+
+def _observation_by_fresh_forward(env, qpos, qvel, mocap_pos, target, params, key, episode, step):
+    """The env's observation [N] recomputed from its state vectors with mj_forward of the nominal model (the arm's
+    kinematics does not depend on the randomized fields), with the env's own noise draws."""
+    import mujoco
+
+    from sim import core
+    from sim.task import Phys
+
+    d = mujoco.MjData(env.model)
+    sens = []
+    for i in range(len(qpos)):
+        d.qpos[:], d.mocap_pos[:] = qpos[i], mocap_pos[i]
+        mujoco.mj_forward(env.model, d)
+        sens.append(d.sensordata.copy())
+    phys = Phys(np.asarray(qpos, np.float64), np.asarray(qvel, np.float64), np.stack(sens),
+                np.asarray(mocap_pos, np.float64))
+    return core.observe(np, env.task, phys, np.asarray(target, np.float64), params,
+                        env.cfg.randomization.obs_noise_std, key, episode, step)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
+def test_observation_after_a_step_describes_the_final_physics_state(backend, mjx_env):
+    """End-effector frame and joint anchors come from frame sensors; mj_step / mjx.step evaluate those before they
+    integrate, so unless the env recomputes them they describe the state one physics step (5 ms, ~1 mm of
+    end-effector travel here) before qpos."""
+    env = mjx_env if backend == "mjx" else sim.make("lift", backend="mujoco", num_envs=N_ENVS, randomization=DR)
+    env.reset(2)
+    move = np.tile(np.array([[0.8, -0.6, -1.0, 1.0]], np.float32), (N_ENVS, 1))
+    for _ in range(5):
+        obs, _, done, _ = env.step(move)
+    assert not done.any()
+    if backend == "mjx":
+        import jax
+
+        s = jax.device_get(env.state)
+        d, i = s.data, s.info
+        args = (d.qpos, d.qvel, d.mocap_pos, i["target"], {k: np.asarray(v) for k, v in i["params"].items()},
+                np.asarray(i["key"]), np.asarray(i["episode"]), np.asarray(i["step"]))
+        tol = 2e-5  # float32 physics
+    else:
+        args = (env.qpos, env.qvel, env.mocap_pos, env.target, env.params, env.key, env.episode, env.steps)
+        tol = 1e-6
+    ref = _observation_by_fresh_forward(env, *args)
+    assert (np.abs(np.asarray(args[1])[:, :7]).max(axis=1) > 0.1).all()  # the arm is moving: a lag would show
+    for k in obs:
+        np.testing.assert_allclose(obs[k], ref[k], atol=tol, err_msg=f"obs[{k!r}]")
+
+
+def test_start_episode_gives_the_initial_state_of_the_envs_kth_episode():
+    """The sim driver starts its episodes with this: episode k must be the one the env itself runs k-th."""
+    import mujoco
+
+    env = sim.make("lift", num_envs=2, task_config={"episode_steps": 2}, randomization={"object_mass": [0.5, 2.0]})
+    env.reset(4)
+    hold = np.tile(env.action_space.neutral, (2, 1))
+    for _ in range(2):
+        env.step(hold)  # auto-reset: env 1 is now at the start of its episode 1
+    qpos, mass, target = env.qpos[1].copy(), env.models[1].body_mass.copy(), env.target[1].copy()
+    d = mujoco.MjData(env.models[1])
+    params, start_target = env.start_episode(1, 1, d)
+    np.testing.assert_array_equal(d.qpos, qpos)
+    np.testing.assert_array_equal(env.models[1].body_mass, mass)
+    np.testing.assert_allclose(start_target, target, rtol=1e-6)
+    np.testing.assert_allclose(params["mass"], env.params["mass"][1:2])
+    env.start_episode(1, 0, d)
+    assert not np.allclose(d.qpos, qpos), "another episode starts elsewhere"

@@ -123,7 +123,7 @@ class MjxEnv:
         )
         # Only kinematics and position sensors: the next mjx.step runs the full forward pass itself, and a
         # second copy of the collision + constraint pipeline inside the jitted step would double its compile.
-        data = mjx_sensor.sensor_pos(model, mjx.kinematics(model, data))
+        data = _position_sensors(model, data)
         step = jnp.zeros((), jnp.int32)
         obs = core.observe(jnp, task, self._phys(data), target, params, self.cfg.randomization.obs_noise_std,
                            key, episode, step)
@@ -148,6 +148,8 @@ class MjxEnv:
         model = self.fields.apply_mjx(self.model, info["params"])
         data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
         data = jax.lax.fori_loop(0, self.substeps, lambda _, d: mjx.step(model, d), data)
+        # mjx.step evaluates sensors before it integrates: recompute them at the final qpos, as the C backend does.
+        data = _position_sensors(model, data)
         step = info["step"] + 1
         phys = self._phys(data)
         reward, success, progress = core.evaluate(jnp, task, phys, info["target"], info["params"])
@@ -178,6 +180,11 @@ class MjxEnv:
             obs=_select(done, fresh.obs, obs),
             info=merged_info,
         )
+
+
+def _position_sensors(model, data):
+    """Kinematics and position-stage (frame) sensors at data.qpos; no dynamics, warm start untouched."""
+    return mjx_sensor.sensor_pos(model, mjx.kinematics(model, data))
 
 
 def _select(pred, on_true, on_false):

@@ -1,9 +1,9 @@
 """MuJoCo C backend: physics through `mujoco.rollout` (C++ thread pool, GIL released), task logic in numpy.
 
 The batch's physics state is one array [N, nstate] (mjSTATE_FULLPHYSICS); qpos / qvel / mocap_pos are
-views into it. Each control step is one rollout call of `substeps` physics steps for all envs; task
-code then runs once over all envs as batched numpy ([N, ...]). Each env has its own MjModel copy so
-that domain randomization is per env.
+views into it. Each control step is one rollout call of `substeps` physics steps for all envs, then one
+kinematics pass per env for the frame sensors (see `position_sensors`); task code then runs once over all
+envs as batched numpy ([N, ...]). Each env has its own MjModel copy so that domain randomization is per env.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ class MujocoEnv(BatchedEnv):
         self.sensordata = np.zeros((n, lay.nsensordata))
         self.ctrl = np.zeros((n, lay.nu))
         self._state_out = np.zeros((n, self.substeps, nstate))
-        self._sens_out = np.zeros((n, self.substeps, lay.nsensordata))
         self.target = np.zeros((n, task.target_dim), dtype=np.float32)
         self.params: dict = {}
         self.key = np.zeros(n, dtype=np.uint32)
@@ -67,10 +66,16 @@ class MujocoEnv(BatchedEnv):
         self._control[:, :, nu:] = self.mocap_pos.reshape(self.num_envs, 1, -1)
         self._rollout.rollout(
             self.models, self._thread_datas, self.state, self._control, control_spec=self._control_spec,
-            nstep=self.substeps, skip_checks=True, state=self._state_out, sensordata=self._sens_out,
+            nstep=self.substeps, skip_checks=True, state=self._state_out,
         )
         self.state[:] = self._state_out[:, -1]
-        self.sensordata[:] = self._sens_out[:, -1]
+        # Not the rollout's sensordata: mj_step evaluates sensors before it integrates, one physics step behind qpos.
+        d = self._scratch
+        for i, m in enumerate(self.models):
+            d.qpos[:] = self.qpos[i]
+            d.mocap_pos[:] = self.mocap_pos[i]
+            position_sensors(m, d)
+            self.sensordata[i] = d.sensordata
 
     def phys(self) -> Phys:
         return Phys(self.qpos, self.qvel, self.sensordata, self.mocap_pos)
@@ -80,17 +85,10 @@ class MujocoEnv(BatchedEnv):
         params, qpos, mocap, target = core.sample_episode(
             np, self.task, self.cfg.randomization, self.key[idx], self.episode[idx]
         )
-        lay = self.task.layout
         d = self._scratch
         for j, i in enumerate(idx):
-            m = self.models[i]
-            self.fields.apply_mujoco(m, {k: float(v[j]) for k, v in params.items() if k != "latency"})
-            mujoco.mj_resetData(m, d)
-            d.qpos[:] = qpos[j]
-            if lay.nmocap:
-                d.mocap_pos[:] = mocap[j]
-            mujoco.mj_forward(m, d)
-            mujoco.mj_getState(m, d, self.state[i], self._spec)
+            self._place(i, {k: v[j] for k, v in params.items()}, qpos[j], mocap[j], d)
+            mujoco.mj_getState(self.models[i], d, self.state[i], self._spec)
             self.sensordata[i] = d.sensordata
             self.mocap_pos[i] = d.mocap_pos
         for k, v in params.items():
@@ -99,6 +97,29 @@ class MujocoEnv(BatchedEnv):
         self.steps[idx] = 0
         self.ret[idx] = 0.0
         self.latency_buf[idx] = self.action_space.neutral
+
+    def _place(self, i: int, params: dict, qpos: np.ndarray, mocap: np.ndarray, d: mujoco.MjData) -> None:
+        """Apply one episode's draws to env i's model; put `d` in the episode's forward-computed initial state."""
+        m = self.models[i]
+        self.fields.apply_mujoco(m, {k: float(v) for k, v in params.items() if k != "latency"})
+        mujoco.mj_resetData(m, d)
+        d.qpos[:] = qpos
+        if self.task.layout.nmocap:
+            d.mocap_pos[:] = mocap
+        mujoco.mj_forward(m, d)
+
+    def start_episode(self, i: int, episode: int, data: mujoco.MjData) -> tuple[dict, np.ndarray]:
+        """Env i's `episode`-th episode for the current seed (the draws reset / auto-reset give it) in `data`.
+
+        Randomizes `self.models[i]` for that episode and puts `data` (of that model) in its initial state,
+        forward-computed; returns (params {name: [1]}, target [target_dim]). The env's own state is untouched."""
+        if not self._seeded:
+            raise RuntimeError("call reset(seed) before start_episode()")
+        params, qpos, mocap, target = core.sample_episode(
+            np, self.task, self.cfg.randomization, self.key[i : i + 1], np.array([episode], dtype=np.uint32)
+        )
+        self._place(i, {k: v[0] for k, v in params.items()}, qpos[0], mocap[0], data)
+        return {k: np.asarray(v) for k, v in params.items()}, np.asarray(target[0], dtype=np.float64)
 
     def _observe(self) -> dict:
         return core.observe(
@@ -161,6 +182,15 @@ class MujocoEnv(BatchedEnv):
         if self._rollout is not None:
             self._rollout.close()
             self._rollout = None
+
+
+def position_sensors(model: mujoco.MjModel, data: mujoco.MjData) -> None:
+    """Fill data.sensordata for data.qpos and mocap_pos: forward kinematics and position-stage sensors, no dynamics.
+
+    Task sensors are frame sensors (sim.task.Layout checks), so this is all they need. It leaves the solver
+    warm start alone, so calling it between mj_step calls does not change the trajectory."""
+    mujoco.mj_kinematics(model, data)
+    mujoco.mj_sensorPos(model, data)
 
 
 def state_offsets(model, spec: int) -> dict[str, int]:
