@@ -4,7 +4,7 @@
         base=runs/train_residual/<c> --out compare.png [--x time]
 
 Reads each run directory's metrics.json (`history["eval/success_rate"]`, and `eval/train_time_s` for a time
-axis). A run with a single point (mode=base: a policy that does not train) is drawn as a horizontal line
+axis; a residual run's curve starts at its base's success, `eval/base_success_rate`, at step 0). A run with a single point (mode=base: a policy that does not train) is drawn as a horizontal line
 across the figure, with its 95% interval as a band when metrics.json has one.
 """
 
@@ -29,9 +29,12 @@ def load_curve(run_dir: str | Path, x: str = "steps") -> dict:
     points = hist.get("eval/success_rate", [])
     if not points:
         raise ValueError(f"{path} has no eval/success_rate history (was the run evaluated?)")
+    base = hist.get("eval/base_success_rate")
+    if base and points[0][0] > 0:  # a residual run starts as its base: its curve starts at the base's success
+        points = [[0, base[0][1]]] + points
     steps, ys = [p[0] for p in points], [p[1] for p in points]
     if x == "time" and len(points) > 1:
-        times = dict((s, t) for s, t in hist.get("eval/train_time_s", []))
+        times = {0: 0.0} | dict((s, t) for s, t in hist.get("eval/train_time_s", []))
         missing = [s for s in steps if s not in times]
         if missing:
             raise ValueError(f"{path}: no eval/train_time_s at env steps {missing[:3]}; plot with x=steps")
