@@ -48,8 +48,8 @@ def dry_run(out: str | Path, policy: str | Path, task: str, episodes: int, seed:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         node = subprocess.run(
-            [str(bin_dir / "robot-rl-deploy"), f"policy={policy}", f"episodes={episodes}", f"hydra.run.dir={out / 'node'}",
-             *common], capture_output=True, text=True, timeout=timeout_s, env=env)
+            [str(bin_dir / "robot-rl-deploy"), f"policy={policy}", f"episodes={episodes}",
+             f"hydra.run.dir={out / 'node'}", *common], capture_output=True, text=True, timeout=timeout_s, env=env)
         driver_out, _ = driver.communicate(timeout=120)
     finally:
         if driver.poll() is None:

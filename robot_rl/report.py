@@ -189,7 +189,8 @@ def write_report(run_dir: str | Path, stages: dict, title: str = "robot_rl quick
     if rows:
         table = [[label, r["success_rate"], r["success_ci95"], r["episodes"]] for label, r in rows]
         header = ["policy", "success rate", "95% CI", "episodes"]
-        body += ["<h2>Success rates</h2>", f'<img alt="success rates" src="data:image/png;base64,{success_figure(rows)}">',
+        figure = success_figure(rows)
+        body += ["<h2>Success rates</h2>", f'<img alt="success rates" src="data:image/png;base64,{figure}">',
                  _table(table, header)]
         md += ["## Success rates", "", _md_table(table, header), ""]
     curves = curves_figure(run_dir)

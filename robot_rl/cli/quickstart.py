@@ -232,8 +232,8 @@ def _print(results: dict, env_cfg, wall: float, run_dir) -> None:
     if "residual" in results:
         r = results["residual"]
         hil = f", human in control of {r['human_fraction']:.1%} of steps" if "human_fraction" in r else ""
-        print(f"residual RL: {r['env_steps']} env steps, {r['updates']} updates, {r['train_time_s']:.0f} s of training, "
-              f"reward={r['reward']}{hil}")
+        print(f"residual RL: {r['env_steps']} env steps, {r['updates']} updates, "
+              f"{r['train_time_s']:.0f} s of training, reward={r['reward']}{hil}")
     if "deploy" in results:
         r = results["deploy"]
         print(f"deployment dry run over DDS: {r['successes']}/{r['episodes']} successes, tick lateness p99 "
