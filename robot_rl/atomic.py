@@ -52,3 +52,15 @@ def atomic_write_text(path: str | Path, text: str, fsync: bool = True) -> Path:
     path = Path(path)
     atomic_put(path, text.encode(), fsync=fsync)
     return path
+
+
+def save_figure(fig, path: str | Path, dpi: int = 90) -> Path:
+    """Save a matplotlib figure as PNG at `path` atomically (temp file + rename) and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

@@ -16,6 +16,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from robot_rl.atomic import save_figure
+
 
 class RunLog:
     def __init__(self, run_dir: str | Path, resume_step: int | None = None):
@@ -70,12 +72,7 @@ class RunLog:
         if title:
             fig.suptitle(title)
         fig.tight_layout()
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp.png")
-        fig.savefig(tmp, dpi=90)
-        plt.close(fig)
-        tmp.replace(path)
-        return path
+        return save_figure(fig, path)
 
     def close(self) -> None:
         self.tb.flush()

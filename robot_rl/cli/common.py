@@ -99,3 +99,13 @@ def load_checkpoint(path: str, env, device: str = "cpu"):
     except RuntimeError as e:  # e.g. an unavailable torch device
         fail(f"cannot load {path} on device {device!r}: {str(e).splitlines()[0]}")
     return policy
+
+
+def resume_or_fail(workspace) -> bool:
+    """workspace.try_resume(), with a changed config or a broken checkpoint as one line + exit 2."""
+    from robot_rl.checkpoint import CheckpointError, ResumeMismatch
+
+    try:
+        return workspace.try_resume()
+    except (ResumeMismatch, CheckpointError) as e:
+        fail(str(e))

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from robot_rl.cli.common import env_config, fail, make_env, number, progress_bar, set_torch_threads, whole
 from robot_rl.cli.train_bc import bc_config, open_store, policy_config
-from robot_rl.cli.train_residual import rl_config
+from robot_rl.cli.train_residual import rl_config, run_with_budget_bar
 from robot_rl.run_dir import current_run_dir, write_config, write_metrics
 
 
@@ -158,11 +158,7 @@ def main(cfg: DictConfig) -> None:
                 store = open_store(str(demos_path), env_cfg, env.obs_dims)
                 ws = ResidualWorkspace(out, rl_cfg, env, load_policy(run_dir / "bc" / "policy"), demo_store=store)
                 log = RunLog(out)
-                by_time = rl_cfg.time_budget_s > 0
-                task = bar.add_task("residual RL" + (" (training s)" if by_time else " (env steps)"),
-                                    total=rl_cfg.time_budget_s if by_time else rl_cfg.env_steps)
-                result = ws.run(log, lambda steps: bar.update(task, completed=ws.train_time if by_time else steps))
-                bar.update(task, completed=rl_cfg.time_budget_s if by_time else rl_cfg.env_steps)
+                result = run_with_budget_bar(ws, log, bar, "residual RL")
                 write_results(out, log, result, {"task": env_cfg.task, "base": str(run_dir / "bc" / "policy"),
                                                  "demos": str(demos_path)})
                 log.close()

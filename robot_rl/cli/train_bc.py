@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from robot_rl.cli.common import env_config, fail, make_env, progress_bar, set_torch_threads, whole
+from robot_rl.cli.common import env_config, fail, make_env, progress_bar, resume_or_fail, set_torch_threads, whole
 from robot_rl.run_dir import current_run_dir, write_config
 
 
@@ -128,7 +128,7 @@ def main(cfg: DictConfig) -> None:
     from policies import SpecMismatch
     from robot_rl.checkpoint import CheckpointError
     from robot_rl.run_log import RunLog
-    from robot_rl.train_bc import BCWorkspace, ResumeMismatch, write_results
+    from robot_rl.train_bc import BCWorkspace, write_results
 
     env = make_env(env_cfg)
     try:
@@ -137,10 +137,7 @@ def main(cfg: DictConfig) -> None:
             ws = BCWorkspace(run_dir, bc_cfg, policy_cfg, env, stores)
         except (CheckpointError, SpecMismatch, ValueError) as e:  # init checkpoint, or a weightless store
             fail(str(e))
-        try:
-            resumed = ws.try_resume()
-        except (ResumeMismatch, CheckpointError) as e:
-            fail(str(e))
+        resumed = resume_or_fail(ws)
         write_config(run_dir, cfg)
         log = RunLog(run_dir, resume_step=ws.step if resumed else None)
         resumed_from = ws.step if resumed else None

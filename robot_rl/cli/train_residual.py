@@ -21,7 +21,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from robot_rl.cli.common import env_config, fail, load_checkpoint, make_env, progress_bar, set_torch_threads, whole
+from robot_rl.cli.common import (env_config, fail, load_checkpoint, make_env, progress_bar, resume_or_fail,
+                                 set_torch_threads, whole)
 from robot_rl.run_dir import current_run_dir, write_config, write_metrics
 
 MODES = ("residual", "scratch", "base")
@@ -73,6 +74,18 @@ def _configs(cfg: DictConfig):
     return env_cfg, rl, dataclasses.replace(env_cfg, num_envs=eval_n), dist
 
 
+def run_with_budget_bar(ws, log, bar, label: str) -> dict:
+    """ws.run(log) with a progress bar over its budget: training seconds when rl.time_budget_s is set (the
+    binding limit on CPUs), else env steps; full at the end either way."""
+    rl = ws.cfg
+    by_time = rl.time_budget_s > 0
+    total = rl.time_budget_s if by_time else rl.env_steps
+    task = bar.add_task(label + (" (training s)" if by_time else " (env steps)"), total=total)
+    result = ws.run(log, lambda steps: bar.update(task, completed=ws.train_time if by_time else steps))
+    bar.update(task, completed=total)
+    return result
+
+
 def _evaluate_base(run_dir: Path, env_cfg, eval_env, base, rl, cfg, t0: float) -> dict:
     """mode=base: the base alone through the same evaluation as every other run, written as a one-point curve."""
     from robot_rl.evaluation import evaluate_policy
@@ -99,7 +112,7 @@ def main(cfg: DictConfig) -> None:
     t0 = time.perf_counter()
 
     from policies import SpecMismatch
-    from robot_rl.checkpoint import CheckpointError, ResumeMismatch
+    from robot_rl.checkpoint import CheckpointError
     from robot_rl.cli.train_bc import open_store
     from robot_rl.evaluation import evaluate_policy
     from robot_rl.rl.train import ResidualWorkspace, from_scratch, write_results
@@ -136,10 +149,7 @@ def main(cfg: DictConfig) -> None:
                 ws = ResidualWorkspace(run_dir, rl, env, base, demo_store=store, eval_env=eval_env)
         except (SpecMismatch, CheckpointError) as e:
             fail(str(e))
-        try:
-            resumed = ws.try_resume()
-        except (ResumeMismatch, CheckpointError) as e:
-            fail(str(e))
+        resumed = resume_or_fail(ws)
         write_config(run_dir, cfg)
         log = RunLog(run_dir, resume_step=ws.env_steps if resumed else None)
         extra = {"mode": cfg.mode, "task": env_cfg.task, "base": cfg.base, "demos": cfg.demos,
@@ -157,17 +167,7 @@ def main(cfg: DictConfig) -> None:
             print(f"base alone: success {m0['success_rate']:.3f} over {m0['episodes']} episodes")
         try:
             with progress_bar() as bar:
-                by_time = rl.time_budget_s > 0
-                task = bar.add_task(f"{cfg.mode} RL {env_cfg.task}" + (" (training s)" if by_time else " (env steps)"),
-                                    total=rl.time_budget_s if by_time else rl.env_steps)
-
-                def progress(steps: int) -> None:
-                    done = ws.train_time if by_time else steps
-                    if by_time and steps >= rl.env_steps:
-                        done = rl.time_budget_s
-                    bar.update(task, completed=done)
-
-                result = ws.run(log, progress)
+                result = run_with_budget_bar(ws, log, bar, f"{cfg.mode} RL {env_cfg.task}")
         except stops as e:
             fail(str(e))
         write_results(run_dir, log, result, {**extra, "wall_time_s": time.perf_counter() - t0})

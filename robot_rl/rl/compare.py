@@ -14,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from robot_rl.atomic import save_figure
+
 X_AXES = ("steps", "time")
 
 
@@ -74,12 +76,7 @@ def plot_comparison(runs: dict[str, str | Path], out: str | Path, x: str = "step
     if title:
         ax.set_title(title)
     fig.tight_layout()
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=90)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    return save_figure(fig, out)
 
 
 def main(argv: list[str] | None = None) -> None:
