@@ -35,7 +35,7 @@ def evaluate_policy(env, policy, episodes: int, seed: int = 0, videos: int = 0, 
         raise ValueError(f"videos={videos} must be <= num_envs={env.num_envs} (one first episode per env)")
     if videos and video_dir is None:
         raise ValueError("videos > 0 needs a video_dir")
-    runner = PolicyRunner(policy, env.num_envs)
+    runner = PolicyRunner(policy, env.num_envs, env=env)  # reads env.instruction for policies that need it
     frames: list[list[np.ndarray]] = [[] for _ in range(videos)]
     recording = np.arange(videos)
 
@@ -63,6 +63,14 @@ def evaluate_policy(env, policy, episodes: int, seed: int = 0, videos: int = 0, 
         "backend": env.cfg.backend,
         "num_envs": env.num_envs,
     }
+    by_goal = {}
+    for g in sorted({g for g in result["goals"] if g is not None}):
+        won = [s for s, h in zip(result["successes"], result["goals"]) if h == g]
+        lo_g, hi_g = wilson_interval(sum(won), len(won))
+        by_goal[g] = {"episodes": len(won), "successes": sum(won), "success_rate": sum(won) / len(won),
+                      "success_ci95": [lo_g, hi_g]}
+    if by_goal:  # multi-goal tasks (the instruction picks the goal): success per goal
+        metrics["by_goal"] = by_goal
     if videos:
         from robot_rl.video import write_mp4
 

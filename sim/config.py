@@ -8,6 +8,7 @@ from typing import Any
 
 BACKENDS = ("mujoco", "mjx")
 ACTION_SPACES = ("ee_delta", "joint_pos")
+IMAGE_QUALITIES = ("fast", "high")  # see sim.render
 
 
 class ConfigError(ValueError):
@@ -40,10 +41,22 @@ class RandomizationConfig:
     actuator_gain: tuple[float, float] = (1.0, 1.0)  # scale on arm position-servo stiffness kp
     obs_noise_std: float = 0.0  # std of Gaussian noise added to every observation entry
     action_latency: tuple[int, int] = (0, 0)  # control ticks an action is delayed, drawn per episode
+    # Visual randomization (rendered cameras and videos only; physics and vector observations never see it).
+    light: tuple[float, float] = (1.0, 1.0)  # scale on the diffuse intensity of the scene lights
+    light_dir_jitter: float = 0.0  # deg, tilt of each light's direction, up to this about each axis
+    color_jitter: float = 0.0  # offset in [-c, c] on each RGB channel of the table and of each object body
+    camera_pos_jitter: float = 0.0  # m, offset in [-j, j] on each axis of each camera's position
+    camera_rot_jitter: float = 0.0  # deg, rotation of each camera, up to this about each axis
 
     def validate(self) -> None:
-        for name in ("friction", "object_mass", "object_size", "joint_damping", "armature", "actuator_gain"):
+        for name in ("friction", "object_mass", "object_size", "joint_damping", "armature", "actuator_gain", "light"):
             setattr(self, name, _range(f"randomization.{name}", getattr(self, name), positive=True))
+        for name, hi in (("light_dir_jitter", 30.0), ("color_jitter", 1.0), ("camera_pos_jitter", 0.1),
+                         ("camera_rot_jitter", 30.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 <= v <= hi):
+                raise ConfigError(f"randomization.{name}={v!r} must be a number in [0, {hi:g}] (0 turns it off)")
+            setattr(self, name, float(v))
         lat = _range("randomization.action_latency", self.action_latency, nonneg=True)
         if any(x != int(x) for x in lat):
             raise ConfigError(f"randomization.action_latency={list(lat)} must be whole control ticks")
@@ -77,6 +90,9 @@ class EnvConfig:
     ls_iterations: int = 8
     threads: int = 0  # MuJoCo C worker threads; 0 = one per core
     device: str = "cpu"  # MJX device: cpu | gpu | cuda | cuda:1 ...
+    cameras: tuple[str, ...] = ()  # cameras rendered into obs["images/<camera>"], e.g. (front, wrist); () = none
+    image_size: tuple[int, int] = (96, 96)  # (height, width) in pixels of those images
+    image_quality: str = "fast"  # fast: no shadows, reflections or anti-aliasing (~10x cheaper on CPU GL) | high
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
     task_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of the task's defaults
 
@@ -110,6 +126,17 @@ class EnvConfig:
             raise ConfigError(f"workspace_low={list(self.workspace_low)} must be below workspace_high")
         if self.threads < 0:
             raise ConfigError(f"threads={self.threads} must be >= 0 (0 = one per core)")
+        if isinstance(self.cameras, str) or not all(isinstance(c, str) and c for c in self.cameras):
+            raise ConfigError(f"cameras={self.cameras!r} must be a list of camera names, e.g. [front, wrist]")
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ConfigError(f"cameras={list(self.cameras)} names a camera twice")
+        self.cameras = tuple(self.cameras)
+        size = tuple(self.image_size) if isinstance(self.image_size, (list, tuple)) else ()
+        if len(size) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in size):
+            raise ConfigError(f"image_size={self.image_size!r} must be [height, width], two whole numbers >= 1")
+        self.image_size = size
+        if self.image_quality not in IMAGE_QUALITIES:
+            raise ConfigError(f"unknown image_quality {self.image_quality!r}; valid: {', '.join(IMAGE_QUALITIES)}")
         if isinstance(self.randomization, dict):
             self.randomization = RandomizationConfig(**self.randomization)
         self.randomization.validate()
@@ -130,7 +157,7 @@ def from_mapping(cfg: Any) -> EnvConfig:
     rknown = {f.name for f in dataclasses.fields(RandomizationConfig)}
     if set(rand) - rknown:
         raise ConfigError(f"unknown randomization key(s) {sorted(set(rand) - rknown)}; valid keys: {sorted(rknown)}")
-    for k in ("workspace_low", "workspace_high"):
-        if k in cfg:
+    for k in ("workspace_low", "workspace_high", "cameras", "image_size"):
+        if isinstance(cfg.get(k), list):
             cfg[k] = tuple(cfg[k])
     return EnvConfig(**cfg, randomization=RandomizationConfig(**rand))

@@ -1,10 +1,13 @@
 """The batched environment interface and `make()`: task + backend from one EnvConfig.
 
 Host API (both backends, numpy in / numpy out):
-  reset(seed) -> obs                      obs: dict of float32 arrays [N, dim]
+  reset(seed) -> obs                      obs: dict of float32 arrays [N, dim] (`obs_dims`), plus
+                                          "images/<camera>" uint8 [N, H, W, 3] per configured camera
+                                          (`image_shapes`; none unless EnvConfig.cameras is set)
   step(action [N, A]) -> obs, reward [N], done [N], info
-Auto-reset happens inside step: where done, `obs` is already the next episode's first observation and
-`info["final_obs"]` holds the last observation of the finished episode. info also carries `success`,
+  instruction -> list[str]                each env's current episode's instruction (drawn from the seed)
+Auto-reset happens inside step: where done, `obs` is already the next episode's first observation (images
+too) and `info["final_obs"]` holds the last observation of the finished episode. info also carries `success`,
 `progress`, `intervention` (always False from sim; the HIL layer sets it), `terminated`, `truncated`,
 `episode_return` and `episode_length` (meaningful where done).
 """
@@ -42,6 +45,33 @@ class BatchedEnv:
         self.num_envs = int(cfg.num_envs)
         self.action_space = ActionSpace(cfg, self.task)
         self.action_dim = self.action_space.dim
+        self.cameras: tuple[str, ...] = tuple(cfg.cameras)
+        self._image_renderer = None
+
+    def _init_visuals(self, model) -> None:
+        """Visual fields of the compiled model; with cameras, check their names and open the GL context now,
+        so a wrong name or missing GL fails at construction, before any simulation."""
+        import mujoco
+
+        from sim.randomization import VisualFields
+        from sim.render import FrameRenderer, check_cameras
+
+        self.visual = VisualFields(model, self.task, self.cfg.randomization)
+        if self.cameras:
+            check_cameras(model, self.cameras)
+            h, w = self.cfg.image_size
+            self._image_renderer = FrameRenderer(width=w, height=h, quality=self.cfg.image_quality)
+            self._image_renderer.context(model)
+            self._image_data = mujoco.MjData(model)
+
+    def _visual_draws(self, key, episode) -> dict:
+        """Visual randomization draws [len(key), ...] of episodes (key, episode), host side."""
+        from sim.randomization import sample_visuals
+
+        return sample_visuals(self.cfg.randomization, key, episode, *self.visual.counts)
+
+    def _render_images(self, models, qpos, mocap_pos, env_ids) -> dict:
+        return self._image_renderer.render_images(self.cameras, models, self._image_data, qpos, mocap_pos, env_ids)
 
     # ---- host API ---------------------------------------------------------------------------------
     def reset(self, seed: int = 0) -> dict:
@@ -66,24 +96,59 @@ class BatchedEnv:
 
     @property
     def obs_dims(self) -> dict[str, int]:
+        """Sizes of the vector observation keys (images are in `image_shapes`)."""
         return self.task.obs_dims()
 
+    @property
+    def image_shapes(self) -> dict[str, tuple[int, int, int]]:
+        """{"images/<camera>": (H, W, 3)} of the image observations (uint8); {} without cameras."""
+        h, w = self.cfg.image_size
+        return {f"images/{c}": (h, w, 3) for c in self.cameras}
+
     def instructions(self) -> list[str]:
+        """Every instruction the task gives; `instruction` is each env's current one."""
         return self.task.instructions()
+
+    @property
+    def instruction(self) -> list[str]:
+        """Each env's current-episode instruction (len num_envs), drawn per episode from the reset seed."""
+        from sim import rng
+
+        key, episode, target = self._episode_ids()
+        u = rng.uniform(np, key, episode, rng.INSTRUCTION, 1)[:, 0]
+        return [self.task.instruction(t, float(x)) for t, x in zip(target, u)]
+
+    @property
+    def goals(self) -> list[str | None]:
+        """Each env's current-episode goal (Task.goal: e.g. "red cube" on color_lift; None for single-goal tasks)."""
+        return [self.task.goal(t) for t in self._episode_ids()[2]]
+
+    @property
+    def task_target(self) -> np.ndarray:
+        """Each env's current-episode task vector [N, target_dim] (goal, hole, named cube, ...): privileged
+        state for scripted experts, not an observation."""
+        return np.asarray(self._episode_ids()[2], dtype=np.float32)
+
+    def _episode_ids(self):
+        """(key uint32 [N], episode uint32 [N], target [N, target_dim]) of the envs' current episodes."""
+        raise NotImplementedError
 
     @property
     def episode_steps(self) -> int:
         return self.task.cfg.episode_steps
 
-    def render(self, env_ids, camera: str = "front", width: int = 320, height: int = 240) -> np.ndarray:
-        """RGB frames [len(env_ids), height, width, 3] uint8 of the envs' current states, offscreen."""
+    def render(self, env_ids, camera: str = "front", width: int = 320, height: int = 240,
+               quality: str = "high") -> np.ndarray:
+        """RGB frames [len(env_ids), height, width, 3] uint8 of the envs' current states, offscreen (videos).
+
+        quality "high" draws shadows, reflections and anti-aliasing; "fast" draws as image observations do."""
         from sim.render import FrameRenderer
 
         r = getattr(self, "_frame_renderer", None)
-        if r is None or (r.width, r.height) != (width, height):
+        if r is None or (r.width, r.height, r.quality) != (width, height, quality):
             if r is not None:
                 r.close()
-            r = self._frame_renderer = FrameRenderer(width, height)
+            r = self._frame_renderer = FrameRenderer(width, height, quality)
         return np.stack([r.render(*self._render_state(int(i)), camera) for i in np.atleast_1d(env_ids)])
 
     def _render_state(self, i: int):
@@ -91,10 +156,11 @@ class BatchedEnv:
         raise NotImplementedError
 
     def close(self) -> None:
-        r = getattr(self, "_frame_renderer", None)
-        if r is not None:
-            r.close()
-            self._frame_renderer = None
+        for name in ("_frame_renderer", "_image_renderer"):
+            r = getattr(self, name, None)
+            if r is not None:
+                r.close()
+                setattr(self, name, None)
 
 
 def _tuplify(v):

@@ -23,10 +23,10 @@ _SEED_LIMIT = 2**31
 
 
 def observation_space(env: BatchedEnv) -> spaces.Dict:
-    """Dict of unbounded float32 Boxes, one per observation key of `env`."""
-    return spaces.Dict(
-        {k: spaces.Box(-np.inf, np.inf, (int(d),), np.float32) for k, d in sorted(env.obs_dims.items())}
-    )
+    """Dict of unbounded float32 Boxes, one per vector observation key of `env`, and uint8 image Boxes."""
+    boxes = {k: spaces.Box(-np.inf, np.inf, (int(d),), np.float32) for k, d in env.obs_dims.items()}
+    boxes.update({k: spaces.Box(0, 255, shape, np.uint8) for k, shape in env.image_shapes.items()})
+    return spaces.Dict(dict(sorted(boxes.items())))
 
 
 def action_space(env: BatchedEnv) -> spaces.Box:

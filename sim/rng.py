@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 # Purposes: separate streams so that, e.g., adding observation noise never shifts the reset samples.
-RESET, PARAMS, OBS_NOISE, LATENCY = 1, 2, 3, 4
+RESET, PARAMS, OBS_NOISE, LATENCY, VISUAL, INSTRUCTION = 1, 2, 3, 4, 5, 6
 
 
 def _u32(xp, x):

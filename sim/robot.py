@@ -79,6 +79,9 @@ def _hand_xml() -> str:
         "<geom name='hand' type='box' pos='0 0 0.03' size='0.025 0.1 0.03' mass='0' class='collision'/>"
         # grip_site: the point between the finger pads, z along the approach direction.
         "<site name='grip_site' pos='0 0 0.0964' size='0.006' rgba='1 0 0 0.5'/>"
+        # wrist camera: beside the hand (off its thin x side), aimed along the approach axis at a point 8 cm
+        # past the fingertips, image x along the closing direction, so both fingers and the object show.
+        "<camera name='wrist' pos='0.055 0 0.03' xyaxes='0 1 0 0.939 0 0.344' fovy='70'/>"
         "<body name='finger_left' pos='0 0 0.0584' gravcomp='1'>"
         "<joint name='finger_left' class='finger'/>"
         + finger.format(side="left", y="0.006", pady="-0.0005")
@@ -162,7 +165,8 @@ def build_scene_xml(
     <light name='top' pos='0.4 0 1.5' dir='0 0 -1' diffuse='0.8 0.8 0.8' castshadow='true'/>
     <light name='side' pos='1.2 -0.8 1.0' dir='-1 0.6 -0.6' diffuse='0.4 0.4 0.4' castshadow='false'/>
     <geom name='table' type='plane' size='1.0 1.0 0.02' material='table'/>
-    <camera name='front' pos='1.25 0 0.6' xyaxes='0 1 0 -0.45 0 0.89' fovy='45'/>
+    <!-- facing the robot from across the table, 45 deg down at the workspace centre (0.45, 0, 0.05) -->
+    <camera name='front' pos='1.0 0 0.6' xyaxes='0 1 0 -0.707 0 0.707' fovy='45'/>
     <!-- three-quarter view from the front right, looking down at the workspace: videos -->
     <camera name='overview' pos='1.05 -0.75 0.75' xyaxes='0.781 0.625 0 -0.357 0.447 0.820' fovy='45'/>
     <body name='link0' pos='0 0 0'>

@@ -7,7 +7,9 @@ same code runs batched under numpy (MuJoCo C backend, arrays [N, ...]) and per e
 Physics state is read only through `Phys` (qpos, qvel, sensordata, mocap_pos); robot quantities come from
 frame sensors defined in robot.py, evaluated at the same state as qpos (after a step's last integration).
 `target` is a per-episode task vector (goal, hole pose, ...) sampled at reset; `params` are the per-episode
-domain-randomization draws (see randomization.py).
+domain-randomization draws (see randomization.py). Two host-side (numpy) functions of `target` describe an
+episode beyond physics: `instruction` (its words; e.g. which cube to lift) and `episode_colors` (the rgba of
+geoms the episode colours, for the rendering models).
 """
 
 from __future__ import annotations
@@ -118,6 +120,13 @@ class Task:
     size_randomizable: bool = True
     n_reset_uniforms: int = 16
     default_instruction: str = ""
+    visual_bodies: tuple[str, ...] = ()  # other bodies whose colours visual randomization jitters (markers)
+    colored_geoms: tuple[str, ...] = ()  # geoms whose rgba `episode_colors` sets per episode
+
+    @property
+    def object_bodies(self) -> tuple[str, ...]:
+        """The free bodies that mass randomization scales, one per object."""
+        return (self.object_body,)
 
     def __init__(self, config: TaskConfig | None = None):
         self.cfg = config if config is not None else self.config_cls()
@@ -190,8 +199,12 @@ class Task:
 
     def grasped(self, xp, phys: Phys, params):
         """Object held between the pads: near the grip site and the fingers closed on it."""
+        return self.grasped_at(xp, phys, params, self.object_pos(phys))
+
+    def grasped_at(self, xp, phys: Phys, params, pos):
+        """A cube of the object's size centred at `pos` [..., 3] is held between the pads."""
         half = self.obj_half[1] * params["size"]
-        rel = self.object_pos(phys) - self.ee(phys)
+        rel = pos - self.ee(phys)
         near = xp.sqrt(xp.sum(rel**2, axis=-1)) < 0.6 * half + 0.01
         w = self.gripper_width(phys)
         return near & (w < 2.0 * half * 1.42 + 0.002) & (w > 2.0 * half - 0.012)
@@ -221,7 +234,24 @@ class Task:
         return self.evaluate(xp, phys, target, params)[2]
 
     def instructions(self) -> list[str]:
+        """Every instruction the task gives (paraphrases of its goal)."""
         raise NotImplementedError
+
+    def instruction(self, target, u: float) -> str:
+        """The instruction of an episode with task vector `target` [target_dim] (numpy), from a uniform u in [0, 1).
+
+        Single-goal tasks pick one of their paraphrases; a task whose goal depends on the episode names it."""
+        options = self.instructions()
+        return options[min(int(u * len(options)), len(options) - 1)]
+
+    def goal(self, target) -> str | None:
+        """Which of the task's goals an episode with task vector `target` (numpy) pursues, for per-goal success
+        rates (robot-rl-eval's `by_goal`); None for single-goal tasks."""
+        return None
+
+    def episode_colors(self, target) -> dict:
+        """{geom name: rgba [4]} an episode with task vector `target` (numpy) gives its `colored_geoms`."""
+        return {}
 
     def obs_dims(self) -> dict[str, int]:
         """Sizes of each observation key, by calling observe on a neutral state."""

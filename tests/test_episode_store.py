@@ -122,17 +122,21 @@ def test_every_dtype_and_attribute_round_trips_bit_exact(tmp_path):
     assert json.loads(str(z["meta/metadata"][2])) == eps[2].metadata
 
 
-def test_images_are_stored_one_compressed_chunk_per_frame(tmp_path):
-    frames = np.zeros((5, 64, 64, 3), dtype=np.uint8)
+def test_images_are_stored_in_compressed_chunks_of_consecutive_frames(tmp_path):
+    frames = np.zeros((70, 64, 64, 3), dtype=np.uint8)
     frames[:, 10:20, 10:20] = 255
     with EpisodeStore.open(tmp_path / "s.zarr", mode="a") as store:
-        store.append(Episode({"obs/images/front": frames, "intervention": np.zeros(5, bool)}, task="lift",
+        store.append(Episode({"obs/images/front": frames, "intervention": np.zeros(70, bool)}, task="lift",
                              source="policy", success=False))
     arr = zarr.open(tmp_path / "s.zarr", mode="r")["data/obs/images/front"]
-    assert arr.chunks == (1, 64, 64, 3)
+    assert arr.chunks == (64, 64, 64, 3)  # 64 frames per chunk
     chunk_files = [p for p in (tmp_path / "s.zarr/data/obs/images/front/c").rglob("*") if p.is_file()]
-    assert len(chunk_files) == 5
-    assert all(p.stat().st_size < frames[0].nbytes / 10 for p in chunk_files)
+    assert len(chunk_files) == 2
+    assert sum(p.stat().st_size for p in chunk_files) < frames.nbytes / 100
+    # large frames: fewer per chunk, so one chunk stays a few MiB
+    from robot_rl.data.episode_store import KeySpec, _chunks
+
+    assert _chunks(KeySpec((480, 640, 3), np.dtype(np.uint8)))[0] == 4
 
 
 # ---- crash safety and concurrency ---------------------------------------------------------------------
@@ -168,7 +172,7 @@ def test_sigkilled_writer_never_loses_a_committed_episode(tmp_path):
         assert n <= reported_n + 2  # at most the one batch in flight was committed but not reported
         while len(expected) < n:
             expected.append(make_episode(len(expected)))
-        for key in keys:
+        for key in keys if n else []:  # a kill before the first commit (a slow machine) leaves nothing to compare
             want = np.concatenate([e.steps[key] for e in expected[:n]])
             got = store.read(key)
             assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (it, key)

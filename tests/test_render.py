@@ -28,8 +28,8 @@ def test_each_env_renders_its_own_scene():
 def test_unknown_camera_names_the_cameras():
     env = sim.make("lift", num_envs=1)
     env.reset(0)
-    with pytest.raises(ValueError, match=r"unknown camera 'wrist'.*'front', 'overview'"):
-        env.render([0], camera="wrist")
+    with pytest.raises(ValueError, match=r"unknown camera 'top'.*'front', 'overview', 'wrist'"):
+        env.render([0], camera="top")
     env.close()
 
 

@@ -68,6 +68,9 @@ def main(cfg: DictConfig) -> None:
     print(f"{env_cfg.task} / {env_cfg.backend}: success {metrics['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) "
           f"over {metrics['episodes']} episodes, mean return {metrics['mean_return']:.2f}, "
           f"mean length {metrics['mean_length']:.1f}")
+    for goal, m in metrics.get("by_goal", {}).items():
+        g_lo, g_hi = m["success_ci95"]
+        print(f"  {goal}: success {m['success_rate']:.3f} (95% CI {g_lo:.2f}-{g_hi:.2f}) over {m['episodes']} episodes")
     print(f"run dir: {run_dir}")
 
 

@@ -31,13 +31,14 @@ def collect(
     A policy with `reset(env_ids)` (e.g. a PolicyRunner around a BasePolicy) is told when envs start new
     episodes (all at the start), as in sim.experts.run_episodes.
 
-    Per-episode attributes: task, a task instruction drawn per episode, success (any step succeeded),
-    source, seed (the env seed) and metadata + {env_index, env_episode}. Returns counts and rates."""
+    Per-episode attributes: task, the episode's instruction (`env.instruction` at its start), success (any
+    step succeeded), source, seed (the env seed) and metadata + {env_index, env_episode}. Image observations
+    (env.cameras) are stored like the others, as obs/images/<camera>. Returns counts and rates."""
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be >= 1")
     n = env.num_envs
-    instructions = env.instructions()
     obs = env.reset(seed)
+    instruction = list(env.instruction)  # each env's current episode's; after an auto-reset, the next one's
     store.check_compatible(step_schema(obs, env.action_dim))  # before any simulation time is spent
     reset = getattr(policy, "reset", None)
     if reset is not None:
@@ -55,17 +56,18 @@ def collect(
         for i, steps in recorder.add(obs, action, reward, done, info).items():
             if recording[i]:
                 k = int(env_episode[i])
-                pick = np.random.default_rng([abs(int(seed)), i, k]).integers(len(instructions))
                 batch.append(Episode(
                     steps=steps, task=env.task.name, source=source, success=bool(steps["success"].any()),
-                    instruction=instructions[pick], seed=int(seed),
+                    instruction=instruction[i], seed=int(seed),
                     metadata={**(metadata or {}), "env_index": i, "env_episode": k},
                 ))
             env_episode[i] += 1
             recording[i] = started < episodes
             started += int(recording[i])
-        if reset is not None and np.any(done):
-            reset(np.nonzero(done)[0])
+        if np.any(done):
+            instruction = list(env.instruction)
+            if reset is not None:
+                reset(np.nonzero(done)[0])
         if batch:
             store.append(batch)
             successes += [ep.success for ep in batch]

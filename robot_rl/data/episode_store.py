@@ -5,7 +5,7 @@ Layout (every path but the lock is a plain zarr v3 node):
     <store>/zarr.json              group; attributes {"robot_rl_episode_store": 1} (format version)
     <store>/data/<key>             per-step array [total_steps, *shape], episodes concatenated in order;
                                    e.g. data/obs/proprio, data/obs/object, data/obs/images/<camera> (uint8
-                                   [H, W, 3], one chunk per frame), data/action, data/reward, ...
+                                   [H, W, 3], up to 64 frames per chunk), data/action, data/reward, ...
     <store>/data/intervention      bool [total_steps]: a human was in control at that step (every store)
     <store>/meta/episode_ends      int64 [episodes], cumulative: episode i is steps [ends[i-1], ends[i])
     <store>/meta/{task, instruction, source, metadata}   string [episodes]; source is expert | teleop |
@@ -72,6 +72,11 @@ EPISODE_ATTRS = {"task": str, "instruction": str, "source": str, "success": "boo
 LOCK_FILE = "meta/episode_ends/.lock"  # next to the commit record it guards
 META_CHUNK = 1024  # episodes per chunk of the meta arrays
 LOWDIM_CHUNK_BYTES = 256 * 1024  # target chunk size of low-dim per-step arrays (<= 1024 steps)
+# Frames (per-step arrays of >= 2 dims, e.g. images): up to 64 consecutive steps per chunk, at most ~4 MiB
+# raw. Consecutive frames compress together far better than one by one, and a sampler reading a window of
+# an episode decodes one or two chunks; a single random frame costs decoding its whole chunk.
+FRAME_CHUNK_STEPS = 64
+FRAME_CHUNK_BYTES = 4 * 1024 * 1024
 _KEY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
@@ -483,9 +488,9 @@ def _create(path: Path, fsync: bool) -> None:
 
 
 def _chunks(spec: KeySpec) -> tuple[int, ...]:
-    if len(spec.shape) >= 2:  # images and other frames: one chunk per step, read one frame at a time
-        return (1, *spec.shape)
     per_step = max(1, spec.dtype.itemsize * math.prod(spec.shape))
+    if len(spec.shape) >= 2:  # images and other frames
+        return (max(1, min(FRAME_CHUNK_STEPS, FRAME_CHUNK_BYTES // per_step)), *spec.shape)
     return (max(1, min(1024, LOWDIM_CHUNK_BYTES // per_step)), *spec.shape)
 
 

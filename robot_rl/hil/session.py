@@ -43,11 +43,11 @@ def run_session(env, controller, store, episodes: int, seed: int = 0, policy=Non
         raise ValueError(f"a teleop session drives one env; got num_envs={env.num_envs} (set env.num_envs=1)")
     hooks = hooks or SessionHooks()
     neutral = env.action_space.neutral[None]
-    instructions = env.instructions()
     results, stop = [], None
     for k in range(episodes):
         ep_seed = int(seed) + k
         obs = env.reset(ep_seed)
+        instruction = env.instruction[0]  # the episode's own (color_lift: names the cube to lift)
         if k == 0:
             store.check_compatible(step_schema(obs, env.action_dim))
         if policy is not None:
@@ -104,7 +104,7 @@ def run_session(env, controller, store, episodes: int, seed: int = 0, policy=Non
                 rows[-1]["truncated"] = True
         stats = controller.end_episodes([True])[0]
         if rows:
-            ep = _episode(env, rows, stats, end, ep_seed, instructions, policy is not None, metadata)
+            ep = _episode(env, rows, stats, end, ep_seed, instruction, policy is not None, metadata)
             store.append(ep)
             results.append(ep)
             if hooks.on_episode is not None:
@@ -127,7 +127,7 @@ def run_session(env, controller, store, episodes: int, seed: int = 0, policy=Non
     }
 
 
-def _episode(env, rows, stats, end, seed, instructions, supervised, metadata) -> Episode:
+def _episode(env, rows, stats, end, seed, instruction, supervised, metadata) -> Episode:
     steps = {key: np.stack([r[key] for r in rows]) for key in rows[0]}
     for key, dtype in STEP_FIELDS.items():
         steps[key] = steps[key].astype(dtype)
@@ -135,11 +135,10 @@ def _episode(env, rows, stats, end, seed, instructions, supervised, metadata) ->
     sim_success = bool(steps["success"].any())
     human = bool(steps["intervention"].any())
     source = "intervention" if supervised and human else ("policy" if supervised else "teleop")
-    pick = np.random.default_rng([abs(int(seed)), 0]).integers(len(instructions))
     return Episode(
         steps=steps, task=env.task.name, source=source,
         success=(stats.label == "success") if stats.label is not None else sim_success,
-        instruction=instructions[pick], seed=int(seed),
+        instruction=instruction, seed=int(seed),
         metadata={**(metadata or {}), **stats.to_json(), "sim_success": sim_success, "end": end,
                   "recorded_at": time.time()},
     )

@@ -8,12 +8,16 @@ Functional API (for jit-compiled training loops):
 domain-randomization draws live in `info["params"]`; each env's model is built from them inside vmap,
 so randomized fields are batched without copying the model. Non-finite actions inside jit are replaced
 by 0 and counted in `metrics["invalid_actions"]` (the host API rejects them instead).
+Camera images are not part of the jitted State: the host API copies each env's qpos / mocap_pos to MuJoCo C
+and renders there; `info["final_qpos"]` / `info["final_mocap_pos"]` keep the pose a finished episode ended
+in, for its last frame.
 A training loop that jits its own function around `reset_one` / `step_one` should pass
 `compiler_options=env.compiler_options` to its top-level `jax.jit` (see `compiler_options` below).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import warnings
@@ -133,7 +137,7 @@ class MjxEnv:
             "latency_buf": jnp.tile(jnp.asarray(self.action_space.neutral), (self.max_latency + 1, 1)),
             "episode_return": zero, "success": jnp.zeros((), bool), "progress": zero,
             "terminated": jnp.zeros((), bool), "truncated": jnp.zeros((), bool),
-            "episode_length": step, "final_obs": obs,
+            "episode_length": step, "final_obs": obs, "final_qpos": data.qpos, "final_mocap_pos": data.mocap_pos,
         }
         metrics = {"invalid_actions": jnp.zeros((), jnp.int32)}
         return State(data, obs, zero, jnp.zeros((), bool), metrics, info)
@@ -167,12 +171,14 @@ class MjxEnv:
                 **info, "step": step, "latency_buf": buf, "episode_return": ret, "success": success,
                 "progress": progress.astype(jnp.float32), "terminated": terminated,
                 "truncated": truncated & ~terminated, "episode_length": step, "final_obs": obs,
+                "final_qpos": data.qpos, "final_mocap_pos": data.mocap_pos,
             },
         )
         fresh = self.reset_one(info["key"], info["episode"] + jnp.uint32(1))
         # Auto-reset: physics, observation and per-episode bookkeeping come from the fresh episode;
         # what happened in this step (reward, flags, final_obs, return, length) is kept for the caller.
-        keep = ("success", "progress", "terminated", "truncated", "episode_return", "episode_length", "final_obs")
+        keep = ("success", "progress", "terminated", "truncated", "episode_return", "episode_length", "final_obs",
+                "final_qpos", "final_mocap_pos")
         merged_info = {k: (stepped.info[k] if k in keep else _select(done, fresh.info[k], stepped.info[k]))
                        for k in stepped.info}
         return stepped.replace(
@@ -192,18 +198,32 @@ def _select(pred, on_true, on_false):
 
 
 class MjxBatchedEnv(BatchedEnv):
-    """Host API (numpy in / numpy out) over MjxEnv; identical semantics to the MuJoCo C backend."""
+    """Host API (numpy in / numpy out) over MjxEnv; identical semantics to the MuJoCo C backend.
+
+    Images and `env.render` come from MuJoCo C: one MjModel copy per env (made on first use) gets the env's
+    episode draws (object size, visual randomization, task colours) whenever the env starts an episode."""
 
     def __init__(self, cfg: EnvConfig):
         super().__init__(cfg)
         self.mjx = MjxEnv(cfg, self.task, self.action_space)
         self.model = self.mjx.mj_model
         self.state: State | None = None
+        self._init_visuals(self.model)
+        self._render_models: list | None = None
+        self._render_episode = np.full(self.num_envs, -1, dtype=np.int64)  # episode each render model shows
+        self._scratch = mujoco.MjData(self.model)
 
     def _reset(self, seed: int) -> dict:
         keys = jnp.asarray(rng.env_key(np, seed, np.arange(self.num_envs)))
         self.state = self.mjx.reset(keys, jnp.zeros(self.num_envs, jnp.uint32))
-        return _to_numpy(self.state.obs)
+        obs = _to_numpy(self.state.obs)
+        self._render_episode[:] = -1  # a new seed: every env's episode 0 is a new episode
+        if self.cameras:
+            s = jax.device_get(self.state)
+            all_envs = np.arange(self.num_envs)
+            self._sync_render_models(s.info, all_envs)
+            obs.update(self._images(s.data.qpos, s.data.mocap_pos, all_envs))
+        return obs
 
     def _step(self, action: np.ndarray):
         if self.state is None:
@@ -211,6 +231,7 @@ class MjxBatchedEnv(BatchedEnv):
         self.state = self.mjx.step(self.state, jnp.asarray(action))
         s = jax.device_get(self.state)
         i = s.info
+        done = np.asarray(s.done)
         info = {
             "success": np.asarray(i["success"]), "progress": np.asarray(i["progress"]),
             "intervention": np.zeros(self.num_envs, dtype=bool),
@@ -218,7 +239,62 @@ class MjxBatchedEnv(BatchedEnv):
             "episode_return": np.asarray(i["episode_return"]), "episode_length": np.asarray(i["episode_length"]),
             "final_obs": _to_numpy(i["final_obs"]),
         }
-        return _to_numpy(s.obs), np.asarray(s.reward), np.asarray(s.done), info
+        obs = _to_numpy(s.obs)
+        if self.cameras:
+            # Every env's pose at the end of this step (before any auto-reset), with its render model still
+            # showing the episode that step belonged to: the last frames of finished episodes.
+            final = self._images(i["final_qpos"], i["final_mocap_pos"], np.arange(self.num_envs))
+            info["final_obs"].update(final)
+            obs.update(final)
+            if done.any():
+                idx = np.nonzero(done)[0]
+                self._sync_render_models(i, idx)
+                for k, v in self._images(s.data.qpos, s.data.mocap_pos, idx).items():
+                    obs[k] = obs[k].copy()
+                    obs[k][idx] = v
+        return obs, np.asarray(s.reward), done, info
+
+    # ---- rendering through MuJoCo C -----------------------------------------------------------------
+    def _sync_render_models(self, info: dict, idx) -> None:
+        """Bring env i's render model (i in idx) to its current episode: object size, visuals, task colours."""
+        if self._render_models is None:
+            self._render_models = [copy.copy(self.model) for _ in range(self.num_envs)]
+        episode = np.asarray(info["episode"]).astype(np.int64)
+        stale = [int(i) for i in idx if self._render_episode[i] != episode[i]]
+        if not stale:
+            return
+        keys = np.asarray(info["key"])[stale]
+        visuals = self._visual_draws(keys, episode[stale].astype(np.uint32)) if self.visual.active else None
+        params = {k: np.asarray(v)[stale] for k, v in info["params"].items() if k != "latency"}
+        target = np.asarray(info["target"])[stale]
+        for j, e in enumerate(stale):
+            m = self._render_models[e]
+            self.mjx.fields.apply_mujoco(m, {k: float(v[j]) for k, v in params.items()})
+            if visuals is not None:
+                self.visual.apply(m, {k: v[j] for k, v in visuals.items()}, target[j])
+            self._render_episode[e] = episode[e]
+
+    def _images(self, qpos, mocap_pos, idx) -> dict:
+        return self._render_images(self._render_models, np.asarray(qpos), np.asarray(mocap_pos), idx)
+
+    def _render_state(self, i: int):
+        if self.state is None:
+            raise RuntimeError("call reset(seed) before render()")
+        info = jax.device_get({k: self.state.info[k] for k in ("key", "episode", "target", "params")})
+        self._sync_render_models(info, [i])
+        qpos, mocap = jax.device_get((self.state.data.qpos[i], self.state.data.mocap_pos[i]))
+        m, d = self._render_models[i], self._scratch
+        d.qpos[:] = qpos
+        if m.nmocap:
+            d.mocap_pos[:] = mocap
+        mujoco.mj_forward(m, d)
+        return m, d
+
+    def _episode_ids(self):
+        if self.state is None:
+            raise RuntimeError("call reset(seed) first")
+        i = jax.device_get({k: self.state.info[k] for k in ("key", "episode", "target")})
+        return np.asarray(i["key"]), np.asarray(i["episode"]), np.asarray(i["target"])
 
     @property
     def params(self) -> dict:

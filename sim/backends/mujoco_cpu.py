@@ -3,7 +3,8 @@
 The batch's physics state is one array [N, nstate] (mjSTATE_FULLPHYSICS); qpos / qvel / mocap_pos are
 views into it. Each control step is one rollout call of `substeps` physics steps for all envs, then one
 kinematics pass per env for the frame sensors (see `position_sensors`); task code then runs once over all
-envs as batched numpy ([N, ...]). Each env has its own MjModel copy so that domain randomization is per env.
+envs as batched numpy ([N, ...]). Each env has its own MjModel copy so that domain randomization is per env;
+the same copy carries the episode's visual randomization and task colours and renders the env's images.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class MujocoEnv(BatchedEnv):
         self.ret = np.zeros(n, dtype=np.float32)
         self.latency_buf = np.zeros((n, cfg.randomization.max_latency + 1, self.action_dim), dtype=np.float32)
         self._seeded = False
+        self._init_visuals(self.model)
 
     # ---- physics ----------------------------------------------------------------------------------
     def _physics(self) -> None:
@@ -85,9 +87,12 @@ class MujocoEnv(BatchedEnv):
         params, qpos, mocap, target = core.sample_episode(
             np, self.task, self.cfg.randomization, self.key[idx], self.episode[idx]
         )
+        visuals = self._visual_draws(self.key[idx], self.episode[idx]) if self.visual.active else None
         d = self._scratch
         for j, i in enumerate(idx):
             self._place(i, {k: v[j] for k, v in params.items()}, qpos[j], mocap[j], d)
+            if visuals is not None:
+                self.visual.apply(self.models[i], {k: v[j] for k, v in visuals.items()}, target[j])
             mujoco.mj_getState(self.models[i], d, self.state[i], self._spec)
             self.sensordata[i] = d.sensordata
             self.mocap_pos[i] = d.mocap_pos
@@ -119,13 +124,25 @@ class MujocoEnv(BatchedEnv):
             np, self.task, self.cfg.randomization, self.key[i : i + 1], np.array([episode], dtype=np.uint32)
         )
         self._place(i, {k: v[0] for k, v in params.items()}, qpos[0], mocap[0], data)
+        if self.visual.active:
+            visuals = self._visual_draws(self.key[i : i + 1], np.array([episode], dtype=np.uint32))
+            self.visual.apply(self.models[i], {k: v[0] for k, v in visuals.items()}, target[0])
         return {k: np.asarray(v) for k, v in params.items()}, np.asarray(target[0], dtype=np.float64)
 
-    def _observe(self) -> dict:
-        return core.observe(
+    def _observe(self, images: bool = True) -> dict:
+        obs = core.observe(
             np, self.task, self.phys(), self.target, self.params, self.cfg.randomization.obs_noise_std,
             self.key, self.episode, self.steps,
         )
+        if images and self.cameras:
+            obs.update(self._images(np.arange(self.num_envs)))
+        return obs
+
+    def _images(self, idx) -> dict:
+        return self._render_images(self.models, self.qpos, self.mocap_pos, idx)
+
+    def _episode_ids(self):
+        return self.key, self.episode, self.target
 
     def _reset(self, seed: int) -> dict:
         self.key = rng.env_key(np, seed, np.arange(self.num_envs))
@@ -163,9 +180,12 @@ class MujocoEnv(BatchedEnv):
             idx = np.nonzero(done)[0]
             self.episode[idx] += 1
             self._reset_envs(idx)
-            fresh = self._observe()
-            for k in obs:
+            fresh = self._observe(images=False)
+            for k in fresh:
                 obs[k][idx] = fresh[k][idx]
+            if self.cameras:  # only the reset envs need new frames
+                for k, v in self._images(idx).items():
+                    obs[k][idx] = v
         else:
             info["final_obs"] = obs
         return obs, reward, done, info

@@ -65,11 +65,12 @@ def ee_yaw(obs):
 
 def _registry() -> dict:
     # Imported lazily: each task's expert lives in its own module next to the others.
+    from sim.experts.color_lift import ColorLiftExpert
     from sim.experts.lift import LiftExpert
     from sim.experts.peg_insert import PegInsertExpert
     from sim.experts.push import PushExpert
 
-    return {"lift": LiftExpert, "peg_insert": PegInsertExpert, "push": PushExpert}
+    return {"color_lift": ColorLiftExpert, "lift": LiftExpert, "peg_insert": PegInsertExpert, "push": PushExpert}
 
 
 def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0) -> Expert:
@@ -94,7 +95,8 @@ def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress
         reset(None)
     if on_step is not None:
         on_step(obs, np.zeros(env.num_envs, dtype=bool))
-    succ, rets, lens, ids = [], [], [], []
+    succ, rets, lens, ids, goals = [], [], [], [], []
+    goal_of = list(env.goals) if hasattr(env, "goals") else [None] * env.num_envs  # goal of each env's episode
     ever = np.zeros(env.num_envs, dtype=bool)
     episode_of = np.zeros(env.num_envs, dtype=np.int64)  # per env: index of its current episode
     # Count only the first `episodes` episodes to start, so the sample is not biased toward short
@@ -110,12 +112,17 @@ def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress
                 rets.append(float(info["episode_return"][i]))
                 lens.append(int(info["episode_length"][i]))
                 ids.append((int(i), int(episode_of[i])))
+                goals.append(goal_of[i])
                 if progress is not None:
                     progress(1)
             ever[i] = False
             episode_of[i] += 1
             slots[i] = total_started < episodes
             total_started += 1
+        if done.any() and hasattr(env, "goals"):  # auto-reset: the new episodes' goals
+            now = env.goals
+            for i in np.nonzero(done)[0]:
+                goal_of[i] = now[i]
         if done.any() and reset is not None:
             reset(np.nonzero(done)[0])
         if on_step is not None:
@@ -127,4 +134,5 @@ def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress
         "mean_length": float(np.mean(lens)),
         "successes": succ,
         "episode_ids": ids,  # (env index, episode index of that env): with the seed, identifies the episode
+        "goals": goals,  # per episode: its goal (Task.goal; None for single-goal tasks)
     }

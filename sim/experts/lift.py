@@ -11,7 +11,11 @@ class LiftExpert(Expert):
     """Hover above the cube, descend, close, lift straight up."""
 
     def clean_action(self, obs):
-        o = obs["object"].astype(np.float64)
+        return self.lift_action(obs, obs["object"])
+
+    def lift_action(self, obs, cube_obs):
+        """Action that lifts the cube described by `cube_obs` [N, 11]: pos, quat, pos - ee, height to go."""
+        o = cube_obs.astype(np.float64)
         cube, rel, togo = o[:, 0:3], o[:, 7:10], o[:, 10]
         ee, width = ee_pos(obs), gripper_width(obs)
         xy_err = np.linalg.norm(rel[:, :2], axis=1)

@@ -74,6 +74,7 @@ class PegInsertTask(Task):
     object_body = "peg"
     object_geoms = ("peg",)
     size_randomizable = False  # the fit's clearance is fixed
+    visual_bodies = ("hole",)
 
     # ---- model -----------------------------------------------------------------------------------
     def objects_xml(self) -> str:

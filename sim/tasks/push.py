@@ -69,6 +69,7 @@ class PushTask(Task):
     config_cls = PushConfig
     target_dim = 3  # goal x, goal y, initial cube-goal distance
     default_instruction = "push the cube onto the green target"
+    visual_bodies = ("goal",)
 
     def objects_xml(self) -> str:
         c = self.cfg
