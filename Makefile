@@ -10,17 +10,19 @@ export JAX_PLATFORMS
 
 install: $(VENV)/.installed
 
-# Debian's Chromium renders the quickstart report headless (its test takes a screenshot); needs root for apt.
-CHROMIUM_INSTALL = command -v chromium >/dev/null || { apt-get update -qq && \
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+# Debian packages, installed with apt (needs root): Chromium renders the quickstart report headless (its test
+# takes a screenshot); EGL with Mesa's drivers renders camera images and videos offscreen (MUJOCO_GL=egl).
+SYSTEM_PACKAGES = chromium libegl1 libegl-mesa0 libgl1-mesa-dri
+SYSTEM_INSTALL = dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES); }
 
 # torch goes in first (the local CPU wheel) so the editable install does not pull a CUDA build.
 $(VENV)/.installed: pyproject.toml
-	$(CHROMIUM_INSTALL)
+	$(SYSTEM_INSTALL)
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install torch==2.13.0
-	$(VENV)/bin/pip install -e ".[dev]"
+	$(VENV)/bin/pip install -e ".[dev,vla]"
 	touch $@
 
 quickstart: $(VENV)/.installed

@@ -1,4 +1,4 @@
-"""Base policies: the BasePolicy interface, its runner, the diffusion policy and adapters.
+"""Base policies: the BasePolicy interface, its runner, the diffusion policy, the VLA and adapters.
 
 One factory maps checkpoint kinds to classes: `load_policy(path)` reads `config.json`'s "kind" and
 hands the checkpoint to that class. Classes are imported lazily so that loading one policy does not
@@ -15,6 +15,8 @@ from policies.base import BasePolicy, PolicySpec, SpecMismatch
 # kind -> "module:Class"
 REGISTRY = {
     "diffusion": "policies.diffusion.policy:DiffusionPolicy",
+    "vla": "policies.vla.policy:VLAPolicy",
+    "lerobot": "policies.external:LeRobotPolicy",
     "residual": "robot_rl.rl.residual:ResidualPolicy",
 }
 

@@ -2,6 +2,8 @@
 
     policy.reset(env_ids)                       forget per-env state (new episodes)
     policy.act(obs_history) -> [B, H, A]        obs_history: {key: [B, obs_horizon, dim]}, most recent last;
+                                                image keys {"images/<camera>": uint8 [B, obs_horizon, H, W, 3]};
+                                                with spec.instruction, "instruction": str array [B];
                                                 returns the next H = spec.action_horizon actions, normalized [-1, 1]
     policy.spec                                 what it reads and emits (checked against the env)
     policy.save(path) / load_policy(path)       safetensors weights + JSON config, no pickle
@@ -23,6 +25,46 @@ class SpecMismatch(ValueError):
     """A policy does not fit an env or a dataset; the message names what differs."""
 
 
+INSTRUCTION = "instruction"  # the obs_history key of the per-row instruction (policies with spec.instruction)
+MAX_INSTRUCTION_CHARS = 1000  # longer strings are refused before any text encoder sees them
+
+
+def image_key(name: str) -> str:
+    """'front' or 'images/front' -> 'images/front' (the observation key of a camera)."""
+    return name if name.startswith("images/") else f"images/{name}"
+
+
+def env_image_shapes(env) -> dict[str, tuple[int, int, int]]:
+    """{"images/<camera>": (H, W, 3)} of an env; {} for an env without cameras (or without the attribute)."""
+    return {image_key(k): tuple(int(x) for x in v) for k, v in (getattr(env, "image_shapes", None) or {}).items()}
+
+
+def check_instructions(instruction, n: int) -> np.ndarray:
+    """`instruction` (n strings, or one for every row) as a str object array [n]; ValueError naming what is wrong.
+
+    Empty / whitespace-only strings and strings over MAX_INSTRUCTION_CHARS are refused; the text encoder
+    adds its own token limit (policies/encoders.py)."""
+    if instruction is None:
+        raise ValueError(f"this policy reads a language instruction: pass instruction=[{n} string(s)], one per env "
+                         "(e.g. env.instruction)")
+    items = [instruction] * n if isinstance(instruction, str) else list(instruction)  # one string: every row
+    if len(items) != n:
+        raise ValueError(f"instruction has {len(items)} entries, expected {n} (one per env / row)")
+    out = np.empty(n, dtype=object)
+    for i, s in enumerate(items):
+        if isinstance(s, np.str_):
+            s = str(s)
+        if not isinstance(s, str):
+            raise ValueError(f"instruction[{i}]={s!r} must be a string")
+        if not s.strip():
+            raise ValueError(f"instruction[{i}] is empty; give the task in words (1 to {MAX_INSTRUCTION_CHARS} "
+                             "characters)")
+        if len(s) > MAX_INSTRUCTION_CHARS:
+            raise ValueError(f"instruction[{i}] has {len(s)} characters, over the limit of {MAX_INSTRUCTION_CHARS}")
+        out[i] = s
+    return out
+
+
 @dataclasses.dataclass
 class PolicySpec:
     """What a policy reads and emits."""
@@ -34,13 +76,21 @@ class PolicySpec:
     obs_horizon: int = 1  # observations per act() call, most recent last
     action_horizon: int = 1  # actions per chunk returned by act()
     control_hz: float = 20.0
+    # camera observations it reads, "images/<camera>" -> [H, W, 3] (uint8 frames); older checkpoints have none
+    image_shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    instruction: bool = False  # reads a language instruction per env (obs_history["instruction"])
+
+    def __post_init__(self):
+        self.obs_dims = {k: int(v) for k, v in self.obs_dims.items()}
+        self.image_shapes = {image_key(k): [int(x) for x in v] for k, v in (self.image_shapes or {}).items()}
+        self.instruction = bool(self.instruction)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "PolicySpec":
-        return cls(**{**d, "obs_dims": {k: int(v) for k, v in d["obs_dims"].items()}})
+        return cls(**d)
 
     def check_env(self, env) -> None:
         """Raise SpecMismatch naming every difference between this spec and a BatchedEnv."""
@@ -57,10 +107,33 @@ class PolicySpec:
                 problems.append(f"observation {k!r}: the policy reads it, the env has only {sorted(env_dims)}")
             elif env_dims[k] != d:
                 problems.append(f"observation {k!r}: policy expects dim {d}, env gives {env_dims[k]}")
+        problems += self.image_problems(env_image_shapes(env))
+        if self.instruction and not hasattr(env, "instruction"):
+            problems.append("instruction: the policy reads a language instruction, the env gives none (env.instruction)")
         if abs(env.cfg.control_hz - self.control_hz) > 1e-9:
             problems.append(f"control_hz: policy {self.control_hz}, env {env.cfg.control_hz}")
         if problems:
             raise SpecMismatch("policy does not fit the env: " + "; ".join(problems))
+
+    def image_problems(self, shapes: dict[str, tuple], where: str = "env") -> list[str]:
+        """Differences between the cameras this spec reads and `shapes` ({"images/<camera>": (H, W, 3)})."""
+        out = []
+        for k, want in self.image_shapes.items():
+            have = shapes.get(k)
+            if have is None:
+                cams = sorted(c[len("images/"):] for c in shapes)
+                need = sorted(c[len("images/"):] for c in self.image_shapes)
+                out.append(f"observation {k!r}: the policy reads camera {k[len('images/'):]!r}, the {where} has "
+                           f"cameras {cams} (set env.cameras=[{','.join(need)}])")
+            elif tuple(have) != tuple(want):
+                out.append(f"policy expects {k} {_size(want)}, {where} gives {_size(have)}")
+        return out
+
+
+def _size(shape) -> str:
+    """(96, 96, 3) -> '96x96' (the channel count too when it is not 3)."""
+    s = f"{shape[0]}x{shape[1]}"
+    return s if len(shape) == 3 and shape[2] == 3 else f"{s} ({'x'.join(str(x) for x in shape)})"
 
 
 class BasePolicy(abc.ABC):

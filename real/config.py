@@ -92,6 +92,7 @@ class DeployConfig:
     interpolation: str = "hold"  # hold (the policy step's target, as sim) | linear (ramp over the step)
     teleop_timeout_s: float = 0.2  # a human is in control while teleop messages are younger than this
     task_target: list[float] | None = None  # task goal vector when episode events carry none
+    instruction: str = ""  # the language instruction for policies that read one (VLA); launch: instruction:=...
     status_hz: float = 10.0
     topics: Topics = dataclasses.field(default_factory=Topics)
     watchdog: Watchdog = dataclasses.field(default_factory=Watchdog)
@@ -173,6 +174,10 @@ def deploy_config(data: Any) -> DeployConfig:
         data["limits"] = load_limits_file(str(limits_file))
     raw_limits = data.pop("limits", {}) or {}
     cfg = _build(DeployConfig, data, "deploy")
+    if cfg.instruction is None:
+        cfg.instruction = ""
+    if not isinstance(cfg.instruction, str):
+        raise DeployConfigError(f"deploy.instruction={cfg.instruction!r} must be a string (the task in words)")
     if not isinstance(raw_limits, dict):
         raise DeployConfigError("deploy.limits must map joint names to {lower, upper, velocity, max_step}")
     limits = {}

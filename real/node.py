@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from policies.base import SpecMismatch
+from policies.base import INSTRUCTION, SpecMismatch, check_instructions
 from real import episode_events
 from real.blending import ChunkBlender
 from real.config import DeployConfig
@@ -57,12 +57,29 @@ def model_joints(env) -> dict[str, tuple[float, float]]:
     return out
 
 
-def check_spec(spec, env, cameras: dict) -> None:
-    """Raise SpecMismatch unless the policy fits the env; image keys need a configured camera topic."""
-    missing = [k for k in spec.obs_dims if k.startswith("images/") and k[len("images/"):] not in cameras]
+def check_spec(spec, env, cameras: dict, instruction: str = "") -> None:
+    """Raise SpecMismatch unless the policy fits the env; image keys need a configured camera topic, and a policy
+    that reads an instruction needs deploy.instruction (ValueError naming the limit when it is unusable)."""
+    images = [k for k in spec.obs_dims if k.startswith("images/")] + list(getattr(spec, "image_shapes", {}))
+    missing = [k for k in images if k[len("images/"):] not in cameras]
     if missing:
         raise SpecMismatch(f"the policy reads {missing}; add deploy.topics.cameras.<name>: <image topic> for each")
-    dataclasses.replace(spec, obs_dims={k: v for k, v in spec.obs_dims.items() if not k.startswith("images/")}).check_env(env)
+    if getattr(spec, "instruction", False):
+        if not instruction:
+            raise SpecMismatch("the policy reads a language instruction: set deploy.instruction='...' "
+                               "(ros2 launch ... instruction:='...')")
+        check_instructions([instruction], 1)
+    vector = {k: v for k, v in spec.obs_dims.items() if not k.startswith("images/")}
+    dataclasses.replace(spec, obs_dims=vector, image_shapes={}, instruction=False).check_env(env)
+
+
+def request_history(history: dict, instruction: np.ndarray | None) -> dict:
+    """What the worker is sent: a copy of the observation history [1, obs_horizon, ...], plus the instruction
+    (str array [1]) for a policy that reads one."""
+    out = {k: v.copy() for k, v in history.items()}
+    if instruction is not None:
+        out[INSTRUCTION] = instruction.copy()
+    return out
 
 
 def bag_topics(cfg: DeployConfig) -> dict[str, type]:
@@ -82,7 +99,8 @@ class ControlNode:
                  duration_s: float | None = None, log=print):
         self.cfg, self.env, self.worker, self.transport = cfg, env, worker, transport
         self.spec = worker.spec
-        check_spec(self.spec, env, cfg.topics.cameras)
+        check_spec(self.spec, env, cfg.topics.cameras, cfg.instruction)
+        self.instruction = np.array([cfg.instruction], dtype=object) if self.spec.instruction else None
         ratio = cfg.rate_hz / self.spec.control_hz
         if ratio < 1 - 1e-9 or abs(ratio - round(ratio)) > 1e-6:
             raise ValueError(
@@ -98,7 +116,7 @@ class ControlNode:
         self.clock = TickClock(cfg.rate_hz, cfg.phase_lock, cfg.phase_margin_s)
         self.action_space = env.action_space
         self.action_dim = self.spec.action_dim
-        self.obs_keys = list(self.spec.obs_dims)
+        self.obs_keys = list(self.spec.obs_dims) + list(self.spec.image_shapes)
         # ctrl (actuator order) -> command vector (wire order)
         acts = list(model_joints(env))
         self._ctrl_to_wire = np.array([acts.index(j) for j in cfg.joints])
@@ -427,7 +445,7 @@ class ControlNode:
             return
         _, obs = self._observation()
         self.history = {k: np.repeat(v[:, None], self.spec.obs_horizon, axis=1) for k, v in obs.items()}
-        rid = self.worker.request({k: v.copy() for k, v in self.history.items()}, self.step)
+        rid = self.worker.request(request_history(self.history, self.instruction), self.step)
         self._request_gen[rid] = (self.generation, now)
         self._prime_sent = True
 
@@ -456,7 +474,7 @@ class ControlNode:
             self.generation += 1
             self.blender.reset()
         if not self.worker.busy and not self.worker_dead and self.blender.wants_request(self.step):
-            rid = self.worker.request({k: v.copy() for k, v in self.history.items()}, self.step)
+            rid = self.worker.request(request_history(self.history, self.instruction), self.step)
             self._request_gen[rid] = (self.generation, now)
         base = self.blender.action(self.step)
         if base is None:

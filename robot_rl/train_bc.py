@@ -1,8 +1,9 @@
-"""Behaviour cloning of a diffusion base policy from an episode store: the training workspace.
+"""Behaviour cloning of a base policy (diffusion, or the VLA) from episode stores: the training workspace.
 
-It owns the loop: windows from the store's sequence sampler -> DDPM loss -> AdamW with warm-up + cosine
--> EMA; TensorBoard scalars, periodic evaluation in sim through robot_rl.evaluation, atomic checkpoints
-every `ckpt_every` steps (policy + optimizer + schedule + RNG, so a resumed run continues the same
+It owns the loop: windows from the store's sequence sampler -> the policy's loss (DDPM for diffusion, flow
+matching for the VLA; camera frames as uint8 windows, the episode's instruction per window) -> AdamW with
+warm-up + cosine -> EMA; TensorBoard scalars, periodic evaluation in sim through robot_rl.evaluation,
+atomic checkpoints every `ckpt_every` steps (policy + optimizer + schedule + RNG, so a resumed run continues the same
 stream of batches), and at the end `policy/` (the EMA policy: what robot-rl-eval and deployment load),
 metrics.json and curves.png.
 
@@ -56,8 +57,10 @@ class BCConfig:
     data_weights: list | None = None  # share of the batches drawn from each store in `data`; None: by window count
     source_weights: dict | None = None  # per episode source (expert, teleop, policy, intervention); missing = 1
     intervention_weight: float = 1.0  # windows anchored at a human step (the corrections themselves)
-    autonomous_weight: float = 1.0  # policy-controlled steps of source=intervention episodes (0: learn only the fixes)
-    init: str | None = None  # fine-tune from this diffusion checkpoint (its architecture and normalization)
+    autonomous_weight: float = 1.0  # policy-controlled steps of source=intervention episodes, as window anchors and
+    # as action steps inside any window's chunk (0: learn only the fixes, never the policy's actions around them)
+    init: str | None = None  # fine-tune from this checkpoint of the same kind (its architecture and normalization)
+    data_mode: str = "memory"  # windows from the stores loaded once (memory) or read from zarr per batch (lazy)
 
     @property
     def paths(self) -> list[str]:
@@ -85,16 +88,38 @@ def resume_config(cfg: "BCConfig", policy_cfg, task: str) -> dict:
 ResumeMismatch = checkpoint.ResumeMismatch  # re-exported for the CLI
 
 
-def load_init(path: str, env, device: str):
-    """The diffusion checkpoint to fine-tune, checked against the env (CheckpointError / SpecMismatch / ValueError)."""
+def load_init(path: str, env, device: str, kind: str = "diffusion", check_env: bool = True):
+    """The checkpoint of `kind` to fine-tune, checked against the env (CheckpointError / SpecMismatch / ValueError)."""
     from policies import load_policy
-    from policies.diffusion.policy import DiffusionPolicy
 
     policy = load_policy(path, device=device)
-    if not isinstance(policy, DiffusionPolicy):
-        raise ValueError(f"init={path} is a {policy.kind!r} policy; BC fine-tunes diffusion checkpoints")
-    policy.spec.check_env(env)
+    if policy.kind != kind:
+        raise ValueError(f"init={path} is a {policy.kind!r} policy; policy={kind} fine-tunes {kind!r} checkpoints")
+    if check_env:
+        policy.spec.check_env(env)
+    else:  # no evaluation in sim: only what the env defines for every policy (task, actions, vector observations)
+        dataclasses.replace(policy.spec, image_shapes={}, instruction=False).check_env(env)
     return policy
+
+
+def runtime_fields(cfg, like) -> dict:
+    """The fields of policy config `like` that may change between runs (device, jit) and that `cfg` has."""
+    names = {f.name for f in dataclasses.fields(cfg)}
+    return {k: getattr(like, k) for k in ("device", "jit") if k in names and hasattr(like, k)}
+
+
+def store_instructions(store) -> np.ndarray:
+    """Per-episode instruction strings of a store (object array), each checked (non-empty, not over-long)."""
+    from policies.base import check_instructions
+
+    text = np.array([str(x) for x in store.episode_attr("instruction")], dtype=object)
+    try:
+        uniq = np.unique(text)
+        check_instructions(list(uniq), len(uniq))
+    except ValueError as e:
+        raise ValueError(f"episode store {store.path}: {e} (an episode's instruction attribute; record with a task "
+                         "that has instructions)") from None
+    return text
 
 
 def lr_lambda(warmup: int, total: int):
@@ -125,6 +150,19 @@ def window_weights(store, sampler, cfg: BCConfig, share: float | None = None) ->
     return w
 
 
+def correction_step_weights(w: dict, correction_episode: list[np.ndarray], autonomous_weight: float) -> np.ndarray:
+    """Loss weight [B, action_horizon] of every action step of sampled windows `w` (with "intervention" among their
+    action keys): `autonomous_weight` on policy-controlled steps of source=intervention episodes (per store, per
+    episode: `correction_episode`), 1 on human steps and on every step of other episodes."""
+    source = w.get("source", np.zeros(len(w["episode"]), np.int64))
+    correction = np.zeros(len(source), bool)
+    for i in np.unique(source):
+        rows = source == i
+        correction[rows] = correction_episode[i][w["episode"][rows]]
+    human = np.asarray(w["intervention"], bool).reshape(len(source), -1)
+    return np.where(correction[:, None] & ~human, autonomous_weight, 1.0).astype(np.float32)
+
+
 def merged_stats(per_store: list[dict]) -> dict:
     """Normalization stats over several stores' steps (pooled mean / std, overall min / max)."""
     from robot_rl.data.stats import KeyStats
@@ -144,21 +182,32 @@ def merged_stats(per_store: list[dict]) -> dict:
 
 class BCWorkspace:
     def __init__(self, run_dir: Path, cfg: BCConfig, policy_cfg, env, store):
-        from policies.diffusion.policy import DiffusionPolicy
+        from policies import policy_class
         from robot_rl.data.sampler import MixtureSampler, SequenceSampler
 
         stores = list(store) if isinstance(store, (list, tuple)) else [store]
         self.run_dir, self.cfg, self.env = Path(run_dir), cfg, env
         self.ckpt_dir = self.run_dir / "checkpoints"
+        kind = policy_cfg.kind
+        evaluates = cfg.final_eval or cfg.eval_every > 0
         init = None
         if cfg.init is not None:
-            init = load_init(cfg.init, env, policy_cfg.device)
-            policy_cfg = dataclasses.replace(init.cfg, device=policy_cfg.device, jit=policy_cfg.jit)
+            init = load_init(cfg.init, env, policy_cfg.device, kind, check_env=evaluates)
+            policy_cfg = dataclasses.replace(init.cfg, **runtime_fields(init.cfg, policy_cfg))
         self.resume_config = resume_config(cfg, policy_cfg, env.cfg.task)
         obs_dims = dict(env.obs_dims)
-        keys = [f"obs/{k}" for k in obs_dims] + ["action"]
-        samplers = [SequenceSampler(s, obs_keys=keys[:-1], action_keys=("action",), obs_horizon=policy_cfg.obs_horizon,
-                                    action_horizon=policy_cfg.pred_horizon) for s in stores]
+        image_keys = [f"obs/images/{c}" for c in getattr(policy_cfg, "cameras", ())]
+        keys = [f"obs/{k}" for k in obs_dims] + ["action"]  # the normalized keys (statistics)
+        # Correction windows: the human's flag of every action step, so the policy's own steps inside a window
+        # anchored at a human step (before the take-over or after the hand-back) get autonomous_weight
+        self.step_weights = cfg.mixing and cfg.autonomous_weight != 1
+        action_keys = ("action", "intervention") if self.step_weights else ("action",)
+        samplers = [SequenceSampler(s, obs_keys=keys[:-1] + image_keys, action_keys=action_keys,
+                                    obs_horizon=policy_cfg.obs_horizon, action_horizon=policy_cfg.pred_horizon,
+                                    mode=cfg.data_mode) for s in stores]
+        # the episode instruction of every window (policies that read one): per store, per episode
+        self.instructions = ([store_instructions(s) for s in stores] if getattr(policy_cfg, "instruction", False)
+                             else None)
         self.mixture = None
         if cfg.mixing:
             shares = cfg.data_weights or [None] * len(stores)
@@ -166,6 +215,9 @@ class BCWorkspace:
             weights = [window_weights(s, sm, cfg, None if sh is None else sh / total)
                        for s, sm, sh in zip(stores, samplers, shares)]
             self.sampler = MixtureSampler(samplers, weights)
+            # per store, per episode: a source=intervention episode (its policy-controlled steps are down-weighted)
+            self.correction_episode = [np.array([str(x) == "intervention" for x in s.episode_attr("source")])
+                                       for s in stores]
             human = np.concatenate([s.read("intervention")[sm.anchor_step] for s, sm in zip(stores, samplers)])
             mass = self.sampler.weight / self.sampler.weight.sum()
             self.mixture = {
@@ -180,7 +232,13 @@ class BCWorkspace:
         else:
             spec = dict(task=env.cfg.task, obs_dims=obs_dims, action_dim=env.action_dim,
                         action_space=env.cfg.action_space, control_hz=env.cfg.control_hz)
-            self.policy = DiffusionPolicy.from_stats(spec, policy_cfg, merged_stats([s.stats(keys) for s in stores]))
+            if image_keys:
+                spec["image_shapes"] = {k[4:]: list(stores[0].keys[k].shape) for k in image_keys}
+            self.policy = policy_class(kind).from_stats(spec, policy_cfg, merged_stats([s.stats(keys) for s in stores]))
+        if evaluates:  # a policy the eval env cannot feed (cameras, instruction) fails now, not after training
+            self.policy.spec.check_env(env)
+        if self.instructions is not None:  # every instruction fits the text encoder (and is embedded once, now)
+            self.policy.text.encode(list(np.unique(np.concatenate(self.instructions))))
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
         self.opt = torch.optim.AdamW(self.policy.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -222,11 +280,26 @@ class BCWorkspace:
     def batch(self) -> tuple[dict, torch.Tensor]:
         w = self.sampler.sample(self.cfg.batch_size, self.rng)
         obs = {k[4:]: torch.from_numpy(w[k]) for k in self.sampler.obs_keys}
-        return obs, torch.from_numpy(w["action"])
+        if self.instructions is not None:
+            from policies.base import INSTRUCTION
+
+            source = w.get("source", np.zeros(len(w["episode"]), np.int64))
+            text = np.empty(len(source), dtype=object)
+            for i in np.unique(source):
+                rows = source == i
+                text[rows] = self.instructions[i][w["episode"][rows]]
+            obs[INSTRUCTION] = text
+        return obs, torch.from_numpy(w["action"]), self.action_step_weights(w)
+
+    def action_step_weights(self, w: dict) -> torch.Tensor | None:
+        """[B, pred_horizon] loss weights of a batch's action steps (None: all 1); see correction_step_weights."""
+        if not self.step_weights:
+            return None
+        return torch.from_numpy(correction_step_weights(w, self.correction_episode, self.cfg.autonomous_weight))
 
     def train_step(self) -> float:
-        obs, action = self.batch()
-        loss = self.policy.loss(obs, action)
+        obs, action, weight = self.batch()
+        loss = self.policy.loss(obs, action) if weight is None else self.policy.loss(obs, action, weight)
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"loss is {loss.item()} at step {self.step}; the last good checkpoint is kept in {self.ckpt_dir}"

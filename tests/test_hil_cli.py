@@ -129,3 +129,35 @@ def test_bc_fine_tunes_a_checkpoint_on_demos_plus_interventions(demos, supervise
     assert cfg["config"]["dims"] == [16, 32] and cfg["config"]["pred_horizon"] == 8  # the init's architecture
     bad = run_cli("robot-rl-train-bc", f"data=[{demos},{hil}]", "data_weights=[1]", f"hydra.run.dir={tmp_path / 'bad'}")
     assert_one_line_error(bad, "data_weights=[1]", "2 number(s)")
+
+
+def test_correction_windows_weight_only_the_humans_action_steps(demos, supervised):
+    """autonomous_weight=0: in a window anchored at a human step, the policy's own actions after the hand-back
+    (or before the take-over) in its chunk get loss weight 0; demo windows keep weight 1 everywhere."""
+    import torch
+
+    from policies.losses import weighted_mse
+    from robot_rl.data.sampler import MixtureSampler, SequenceSampler
+    from robot_rl.train_bc import BCConfig, correction_step_weights, window_weights
+
+    a, b = EpisodeStore.open(demos), EpisodeStore.open(supervised[0] / "hil.zarr")
+    keys = ("action", "intervention")
+    sa, sb = SequenceSampler(a, action_keys=keys, action_horizon=8), SequenceSampler(b, action_keys=keys, action_horizon=8)
+    cfg = BCConfig(data=["a", "b"], autonomous_weight=0.0)
+    mix = MixtureSampler([sa, sb], [window_weights(a, sa, cfg, 0.5), window_weights(b, sb, cfg, 0.5)])
+    corrections = [np.array([str(s) == "intervention" for s in st.episode_attr("source")]) for st in (a, b)]
+    w = mix.sample(2000, np.random.default_rng(0))
+    weight = correction_step_weights(w, corrections, 0.0)
+    hil_rows = w["source"] == 1
+    assert (weight[~hil_rows] == 1).all()
+    human = w["intervention"].astype(bool)
+    assert (weight[hil_rows] == human[hil_rows]).all() and weight[hil_rows][:, 0].all()  # anchors are human steps
+    assert (weight[hil_rows] == 0).any()  # some chunks run past the hand-back
+    # weight-0 steps do not enter the loss: changing their targets changes nothing
+    pred, target = torch.zeros(len(weight), 8, 3), torch.randn(len(weight), 8, 3)
+    moved = target.clone()
+    moved[torch.from_numpy(weight == 0)] += 5.0
+    wt = torch.from_numpy(weight)
+    assert weighted_mse(pred, target, wt).item() == pytest.approx(weighted_mse(pred, moved, wt).item())
+    assert weighted_mse(pred, target, torch.ones(len(weight), 8)).item() == pytest.approx(
+        torch.nn.functional.mse_loss(pred, target).item())

@@ -8,7 +8,7 @@ denoises the `pred_horizon` actions from the current step on (the episode store'
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -16,6 +16,7 @@ import torch
 from policies.base import BasePolicy, PolicySpec, SpecMismatch
 from policies.diffusion.unet import ConditionalUnet1D
 from policies.ema import EMA
+from policies.losses import weighted_mse
 from policies.normalizer import Normalizer
 from robot_rl.data.stats import NORMALIZATIONS
 
@@ -26,6 +27,7 @@ BETA_SCHEDULES = ("squaredcos_cap_v2", "linear", "scaled_linear")
 class DiffusionConfig:
     """Every tunable number of the diffusion policy."""
 
+    kind: ClassVar[str] = "diffusion"  # the policy class it configures (policies.REGISTRY)
     obs_horizon: int = 2  # observations the policy conditions on
     pred_horizon: int = 16  # actions denoised per call, from the current step on
     action_horizon: int = 8  # actions executed per call (open loop)
@@ -126,14 +128,16 @@ class DiffusionPolicy(BasePolicy):
         parts = [self.normalizer.normalize(k, obs[k]) for k in self.obs_keys]  # [B, To, d]
         return torch.cat(parts, dim=-1).flatten(1)
 
-    def loss(self, obs: dict[str, torch.Tensor], action: torch.Tensor) -> torch.Tensor:
-        """DDPM epsilon-prediction MSE for a batch: obs {key: [B, To, d]}, action [B, pred_horizon, A]."""
+    def loss(self, obs: dict[str, torch.Tensor], action: torch.Tensor,
+             weight: torch.Tensor | None = None) -> torch.Tensor:
+        """DDPM epsilon-prediction MSE for a batch: obs {key: [B, To, d]}, action [B, pred_horizon, A];
+        `weight` [B, pred_horizon]: per action step (e.g. 0 on the policy's own steps in a correction window)."""
         cond = self._cond(obs)
         x0 = self.normalizer.normalize("action", action)
         noise = torch.randn_like(x0)
         t = torch.randint(0, self.cfg.train_steps, (x0.shape[0],), device=x0.device)
         noisy = self.train_scheduler.add_noise(x0, noise, t)
-        return torch.nn.functional.mse_loss(self.net(noisy, t, cond), noise)
+        return weighted_mse(self.net(noisy, t, cond), noise, weight)
 
     # ---- inference ----------------------------------------------------------------------------------
     @torch.inference_mode()

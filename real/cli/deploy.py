@@ -95,7 +95,7 @@ def run(cfg: DictConfig) -> dict:
             try:
                 recorder = DeploymentRecorder(
                     store=cfg.record.store, bag=cfg.record.rosbag, bag_topics=bag_topics(dcfg), task=env_cfg.task,
-                    instruction=env.instructions()[0], obs_dims=dims, action_dim=worker.spec.action_dim,
+                    instruction=dcfg.instruction or env.instructions()[0], obs_dims=dims, action_dim=worker.spec.action_dim,
                     policy_name=cfg.policy, fsync=cfg.record.fsync,
                 )
             except RecordingError as e:

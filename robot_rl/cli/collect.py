@@ -49,7 +49,7 @@ def _load_policy(path: str, env):
         policy.spec.check_env(env)
     except (CheckpointError, SpecMismatch) as e:
         fail(f"policy={path}: {e}")
-    return PolicyRunner(policy, env.num_envs)
+    return PolicyRunner(policy, env.num_envs, env=env)  # env: the instruction of each episode
 
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="collect")

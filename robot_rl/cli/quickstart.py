@@ -123,7 +123,7 @@ def main(cfg: DictConfig) -> None:
 
                 task = bar.add_task("rollouts: record BC episodes", total=int(cfg.rollouts))
                 path = out / "episodes.zarr"
-                runner = PolicyRunner(load_policy(run_dir / "bc" / "policy"), env.num_envs)
+                runner = PolicyRunner(load_policy(run_dir / "bc" / "policy"), env.num_envs, env=env)
                 with EpisodeStore.open(path, mode="a") as store:
                     r = collect(env, runner, store, int(cfg.rollouts), seed=int(cfg.seed) + 1, source="policy",
                                 metadata={"policy": str(run_dir / "bc" / "policy")},

@@ -79,7 +79,7 @@ def _load_policy(path: str, env, device: str):
         fail(str(e))
     except RuntimeError as e:
         fail(f"cannot load {path} on device {device!r}: {str(e).splitlines()[0]}")
-    return PolicyRunner(pol, env.num_envs)
+    return PolicyRunner(pol, env.num_envs, env=env)
 
 
 def _has_display() -> bool:

@@ -1,6 +1,7 @@
-"""robot-rl-train-bc: train a diffusion base policy by behaviour cloning from an episode store.
+"""robot-rl-train-bc: train a base policy (diffusion or VLA) by behaviour cloning from episode stores.
 
     robot-rl-train-bc task=lift data=data/lift.zarr steps=3000 policy.inference_steps=10
+    robot-rl-train-bc policy=vla task=color_lift data=data/color_lift.zarr env.cameras=[front,wrist]
 
 Writes runs/train_bc/<timestamp>-<name>/ (see robot_rl/train_bc.py). Run it again with
 hydra.run.dir=<that directory> to resume from its latest checkpoint.
@@ -19,15 +20,21 @@ from robot_rl.cli.common import env_config, fail, make_env, progress_bar, resume
 from robot_rl.run_dir import current_run_dir, write_config
 
 
+# policy kind -> its config class ("module:Class"); the kind's policy class is in policies.REGISTRY
+BC_KINDS = {"diffusion": "policies.diffusion.policy:DiffusionConfig", "vla": "policies.vla.policy:VLAConfig"}
+
+
 def policy_config(node):
-    """Validated DiffusionConfig from a `policy` node."""
-    from policies.diffusion.policy import DiffusionConfig
+    """Validated policy config (DiffusionConfig, VLAConfig) from a `policy` node, chosen by its `kind`."""
+    import importlib
 
     pol = OmegaConf.to_container(node, resolve=True)
-    if pol.pop("kind", "diffusion") != "diffusion":
-        fail(f"policy.kind={node.kind!r}: BC trains kind 'diffusion'")
+    kind = pol.pop("kind", "diffusion")
+    if kind not in BC_KINDS:
+        fail(f"policy.kind={kind!r}: BC trains kind(s) {', '.join(sorted(BC_KINDS))} (policy=diffusion | policy=vla)")
+    module, name = BC_KINDS[kind].split(":")
     try:
-        return DiffusionConfig.from_dict(pol)
+        return getattr(importlib.import_module(module), name).from_dict(pol)
     except (TypeError, ValueError) as e:
         fail(str(e))
 
@@ -81,6 +88,10 @@ def _check_mixing(values: dict, data, where: str) -> None:
     init = values.get("init")
     if init is not None and not (isinstance(init, str) and init):
         fail(f"{where}init={init!r} must be a policy checkpoint directory (or null to train from scratch)")
+    from robot_rl.data.sampler import MODES
+
+    if values.get("data_mode", "memory") not in MODES:
+        fail(f"{where}data_mode={values.get('data_mode')!r}; valid: {', '.join(MODES)}")
 
 
 def _num(x) -> bool:
@@ -95,8 +106,9 @@ def _configs(cfg: DictConfig):
     return env_cfg, policy_cfg, bc_cfg
 
 
-def open_store(path: str, env_cfg, obs_dims: dict):
-    """The episode store at `path`, checked to hold `env_cfg.task`'s episodes with the keys the policy reads."""
+def open_store(path: str, env_cfg, obs_dims: dict, cameras=(), instruction: bool = False):
+    """The episode store at `path`, checked to hold `env_cfg.task`'s episodes with the keys the policy reads
+    (vector observations, the frames of `cameras`, a non-empty instruction per episode when asked)."""
     from robot_rl.data import EpisodeStore, StoreError
 
     try:
@@ -116,7 +128,33 @@ def open_store(path: str, env_cfg, obs_dims: dict):
         shape = tuple(store.keys[f"obs/{k}"].shape)
         if shape != (d,):
             fail(f"episode store {path}: obs/{k} has per-step shape {shape}, task {env_cfg.task!r} observes ({d},)")
+    want = [f"obs/images/{c}" for c in cameras]
+    lacking = [k for k in want if k not in store.keys]
+    if lacking:
+        have = sorted(k[len("obs/images/"):] for k in store.keys if k.startswith("obs/images/"))
+        fail(f"episode store {path} lacks {', '.join(lacking)} (it has cameras {have}); the policy reads cameras "
+             f"{list(cameras)}: record them with robot-rl-collect task={env_cfg.task} out=PATH "
+             f"env.cameras=[{','.join(cameras)}], or set policy.cameras=[...] to the store's cameras")
+    for k in want:
+        spec = store.keys[k]
+        if len(spec.shape) != 3 or spec.shape[2] != 3 or spec.dtype != "uint8":
+            fail(f"episode store {path}: {k} is {spec.dtype} {tuple(spec.shape)} per step, expected uint8 (H, W, 3)")
+    if instruction:
+        text = [str(x) for x in store.episode_attr("instruction")]
+        empty = sum(1 for t in text if not t.strip())
+        if empty:
+            fail(f"episode store {path}: {empty} of {len(text)} episode(s) have an empty instruction; the policy reads "
+                 "one (policy.instruction=true): record a task with instructions, or set policy.instruction=false")
     return store
+
+
+def check_same_images(stores, paths, cameras) -> None:
+    """Every store holds the cameras at one frame size (the policy has one input size per camera)."""
+    for c in cameras:
+        k = f"obs/images/{c}"
+        sizes = {p: tuple(s.keys[k].shape) for s, p in zip(stores, paths)}
+        if len(set(sizes.values())) > 1:
+            fail(f"the stores hold {k} at different sizes {sizes}; record them at one size (env.image_size)")
 
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="train_bc")
@@ -132,11 +170,14 @@ def main(cfg: DictConfig) -> None:
 
     env = make_env(env_cfg)
     try:
-        stores = [open_store(p, env_cfg, env.obs_dims) for p in bc_cfg.paths]
+        cameras = tuple(getattr(policy_cfg, "cameras", ()))
+        stores = [open_store(p, env_cfg, env.obs_dims, cameras, getattr(policy_cfg, "instruction", False))
+                  for p in bc_cfg.paths]
+        check_same_images(stores, bc_cfg.paths, cameras)
         try:
             ws = BCWorkspace(run_dir, bc_cfg, policy_cfg, env, stores)
-        except (CheckpointError, SpecMismatch, ValueError) as e:  # init checkpoint, or a weightless store
-            fail(str(e))
+        except (CheckpointError, SpecMismatch, ValueError, ImportError) as e:
+            fail(str(e))  # init checkpoint, weightless store, a policy the eval env cannot feed, missing extra
         resumed = resume_or_fail(ws)
         write_config(run_dir, cfg)
         log = RunLog(run_dir, resume_step=ws.step if resumed else None)

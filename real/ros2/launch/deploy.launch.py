@@ -24,6 +24,7 @@ ARGUMENTS = (
     ("estop_topic", "deploy.topics.estop", "/robot_rl/estop", "std_msgs/Bool e-stop input (true latches a stop)"),
     ("reset_topic", "deploy.topics.reset", "/robot_rl/reset", "std_msgs/Empty reset input (clears a latched stop)"),
     ("object_pose_topic", "deploy.topics.object_pose", "/robot_rl/object_pose", "geometry_msgs/PoseStamped of the task object"),
+    ("instruction", "deploy.instruction", "", "language instruction for policies that read one (VLA), e.g. 'lift the red cube'"),
 )
 
 
