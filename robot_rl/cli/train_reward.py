@@ -1,7 +1,10 @@
 """robot-rl-train-reward: train the progress model and success classifier of a task from episode stores.
 
     robot-rl-train-reward task=lift data=runs/results/lift-demos.zarr rollouts=runs/results/lift-rollouts.zarr
+    robot-rl-train-reward task=color_lift data=... rollouts=... inputs.cameras=[front,wrist] inputs.state=[proprio]
 
+inputs.* choose what both networks read: vector keys, camera frames (from the stores' obs/images/<camera>), the
+episode's instruction (true | false | auto: on for tasks whose instruction names the episode's goal).
 Writes runs/train_reward/<timestamp>-<name>/ with reward_model/ (what residual RL's reward_model= loads),
 config.yaml, metrics.json (held-out Spearman of Phi with ground-truth progress, classifier AUROC, rates at
 the calibrated threshold), TensorBoard events, curves.png and progress.png (see robot_rl/reward/train.py).
@@ -18,8 +21,52 @@ from omegaconf import DictConfig, OmegaConf
 from robot_rl.cli.common import env_config, fail, make_env, progress_bar, set_torch_threads, whole
 from robot_rl.run_dir import current_run_dir, write_config, write_metrics
 
+# steps / batch_size: auto -> (state-only, with cameras); frames through the ResNet are the cost on CPU
+AUTO = {"steps": (3000, 500), "batch_size": (512, 64)}
+INSTRUCTION = ("true", "false", "auto")
 
-def _configs(cfg: DictConfig):
+
+def _inputs(cfg: DictConfig) -> tuple[list[str] | None, list[str], str]:
+    """(state keys or None = every key, cameras, instruction setting) from cfg.inputs, or fail."""
+    node = OmegaConf.to_container(cfg.inputs, resolve=True) if cfg.get("inputs") is not None else {}
+    unknown = sorted(set(node) - {"state", "cameras", "instruction"})
+    if unknown:
+        fail(f"unknown inputs key(s) {unknown}; valid: cameras, instruction, state")
+    state, cameras = node.get("state"), node.get("cameras") or []
+    if state is not None and not (isinstance(state, list) and all(isinstance(k, str) and k for k in state)):
+        fail(f"inputs.state={state!r} must be a list of observation keys (e.g. [proprio]), [] or null (every key)")
+    if not (isinstance(cameras, list) and all(isinstance(c, str) and c for c in cameras)):
+        fail(f"inputs.cameras={cameras!r} must be a list of camera names, e.g. [front,wrist]")
+    if len(set(cameras)) != len(cameras):
+        fail(f"inputs.cameras={cameras} names a camera twice")
+    instruction = node.get("instruction", "auto")
+    instruction = {True: "true", False: "false"}.get(instruction, instruction)
+    if instruction not in INSTRUCTION:
+        fail(f"inputs.instruction={instruction!r} must be one of {', '.join(INSTRUCTION)}")
+    return state, cameras, instruction
+
+
+def _image_encoder(node) -> dict:
+    """cfg.image_encoder validated (whole numbers, widths divisible by groups), or fail."""
+    from robot_rl.reward.model import IMAGE_ENCODER
+
+    values = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    unknown = sorted(set(values) - set(IMAGE_ENCODER))
+    if unknown:
+        fail(f"unknown image_encoder key(s) {unknown}; valid: {', '.join(sorted(IMAGE_ENCODER))}")
+    values = {**IMAGE_ENCODER, **values}
+    for k in ("groups", "grid", "token_dim", "downsample"):
+        whole(f"image_encoder.{k}", values[k], 1)
+    whole("image_encoder.shift", values["shift"], 0)
+    ch = values["channels"]
+    if not (isinstance(ch, list) and ch and all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
+                                                and c % values["groups"] == 0 for c in ch)):
+        fail(f"image_encoder.channels={ch!r} must be a list of widths >= 1, each divisible by "
+             f"image_encoder.groups={values['groups']}")
+    return values
+
+
+def _configs(cfg: DictConfig, images: bool):
     from robot_rl.reward.train import RewardTrainConfig
 
     env_cfg = env_config(cfg.env)
@@ -27,12 +74,20 @@ def _configs(cfg: DictConfig):
         fail("data=PATH must name an episode store of demonstrations (robot-rl-collect out=PATH writes one)")
     if cfg.rollouts is not None and not (isinstance(cfg.rollouts, str) and cfg.rollouts):
         fail(f"rollouts={cfg.rollouts!r} must be an episode store path (robot-rl-collect policy=... out=PATH) or null")
-    for k in ("steps", "batch_size", "log_every", "positive_frames", "failure_neighbors"):
-        whole(k, cfg[k], 1)
-    for k in ("gap_frames", "seed", "torch_threads"):
-        whole(k, cfg[k], 0)
     fields = {f.name for f in dataclasses.fields(RewardTrainConfig)}
     values = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in fields}
+    for k, (state_only, with_cameras) in AUTO.items():
+        if values[k] == "auto":
+            values[k] = with_cameras if images else state_only
+    for k in ("steps", "batch_size", "log_every", "positive_frames", "failure_neighbors"):
+        whole(k, values[k], 1)
+    for k in ("gap_frames", "seed"):
+        whole(k, values[k], 0)
+    whole("torch_threads", cfg.torch_threads, 0)
+    values["image_encoder"] = _image_encoder(cfg.get("image_encoder"))
+    keys = values.get("failure_neighbor_keys")
+    if keys is not None and not (isinstance(keys, list) and all(isinstance(k, str) and k for k in keys)):
+        fail(f"failure_neighbor_keys={keys!r} must be a list of vector observation keys (e.g. [proprio]) or null")
     for k in ("lr", "weight_decay", "obs_noise", "min_tpr", "val_fraction", "test_fraction", "failure_distance_scale"):
         if not (isinstance(values[k], (int, float)) and not isinstance(values[k], bool)):
             fail(f"{k}={values[k]!r} must be a number")
@@ -53,30 +108,67 @@ def _open(path: str, what: str):
         fail(f"{what}={path}: {e}")
 
 
+def instruction_names_goal(task) -> bool:
+    """The task's instruction says which goal an episode has (it overrides Task.instruction, as color_lift does);
+    single-goal tasks draw paraphrases of one goal, which a reward model need not read."""
+    from sim.task import Task
+
+    return type(task).instruction is not Task.instruction
+
+
+def build_spec(task: str, obs_dims: dict[str, int], task_obj, stores, state, cameras, instruction: str):
+    """The RewardSpec of the inputs the config selects, with frame sizes from the stores; fails naming the problem."""
+    from robot_rl.reward.model import RewardSpec
+    from robot_rl.reward.train import RewardDataError, camera_shapes
+
+    keys = list(obs_dims) if state is None else state
+    unknown = [k for k in keys if k not in obs_dims]
+    if unknown:
+        fail(f"inputs.state: {unknown} are not observation keys of task {task!r} (it has {sorted(obs_dims)})")
+    try:
+        shapes = camera_shapes(stores, cameras, task)
+    except RewardDataError as e:
+        fail(str(e))
+    reads_text = instruction == "true" or (instruction == "auto" and instruction_names_goal(task_obj))
+    if not keys and not shapes and not reads_text:
+        fail("inputs.state=[], inputs.cameras=[] and no instruction: the reward model would read nothing")
+    return RewardSpec(task=task, obs_dims={k: obs_dims[k] for k in keys}, image_shapes=shapes,
+                      instruction=reads_text)
+
+
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="train_reward")
 def main(cfg: DictConfig) -> None:
-    env_cfg, train_cfg = _configs(cfg)
+    state, cameras, instruction = _inputs(cfg)
+    env_cfg, train_cfg = _configs(cfg, images=bool(cameras))
     set_torch_threads(int(cfg.torch_threads))
     stores = [_open(cfg.data, "data")] + ([_open(cfg.rollouts, "rollouts")] if cfg.rollouts is not None else [])
 
-    from robot_rl.reward.model import CHECKPOINT_DIR, RewardSpec
+    from robot_rl.reward.model import CHECKPOINT_DIR
     from robot_rl.reward.train import RewardDataError, load_episodes, train_reward
     from robot_rl.run_log import RunLog
 
     env = make_env(env_cfg)  # only for the task's observation spec
     try:
-        spec = RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims))
+        spec = build_spec(env_cfg.task, dict(env.obs_dims), env.task, stores, state, cameras, instruction)
     finally:
         env.close()
     try:
-        data = load_episodes(stores, spec)
+        data = load_episodes(stores, spec, train_cfg.failure_neighbor_keys)
     except RewardDataError as e:
         fail(str(e))
+    if spec.instruction:  # the sentence encoder (extra `vla`) and every instruction's length, before training
+        from policies.encoders import sentence_encoder
+
+        try:
+            sentence_encoder().encode(list(dict.fromkeys(data.instruction)))
+        except (ImportError, ValueError) as e:
+            fail(f"inputs.instruction: {e}")
     run_dir = current_run_dir()
     write_config(run_dir, cfg)
     log = RunLog(run_dir)
     t0 = time.perf_counter()
-    info = {"data": str(cfg.data), "rollouts": None if cfg.rollouts is None else str(cfg.rollouts)}
+    info = {"data": str(cfg.data), "rollouts": None if cfg.rollouts is None else str(cfg.rollouts),
+            "steps_per_network": train_cfg.steps, "batch_size": train_cfg.batch_size}
     try:
         with progress_bar() as bar:
             model, metrics = train_reward(run_dir, train_cfg, data, spec, log, bar, info=info)

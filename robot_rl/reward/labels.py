@@ -18,7 +18,11 @@ the label, undoing returns to an earlier state's label. The distance discount lo
 episode comes near (arm raised without the cube, cube knocked away): the configurations failures end in,
 which a model trained on successes alone extrapolates to high progress. Phi is a function of the state
 only, so with potential-based shaping (shaping.py) stalling earns nothing and undoing pays back what was
-gained. Distances are taken between state observations; image observations will need encoder features.
+gained. Distances are taken between vector observations (robot_rl/reward/train.py: every vector key the
+stores hold, whatever the model reads; frames pooled to 8x8 when there are none). For a model that reads
+the instruction, the nearest states come from successful episodes with the same instruction (`groups`):
+"progress" is toward the named goal, and a state that completes another goal (the other cube lifted) is
+not near success of this one, however close it is to that goal's successful states.
 
 Success target: the last `positive_frames` steps of a successful episode are positives (with
 terminate-on-success the episode ends at its first success; the success state itself is the episode's
@@ -58,12 +62,26 @@ def transfer_targets(features: np.ndarray, ref_features: np.ndarray, ref_targets
                      distance_scale: float = 0.1, chunk: int = 2048) -> np.ndarray:
     """Targets of query states [Q, D] from reference states [R, D] (successful episodes, targets [R]): the mean
     target of the k nearest, times exp(-distance_scale * (d / median d)^2) with d their mean distance. [Q]"""
+    y, d = nearest_targets(features, ref_features, ref_targets, k, chunk)
+    return discount(y, d, distance_scale)
+
+
+def discount(y: np.ndarray, d: np.ndarray, distance_scale: float) -> np.ndarray:
+    """y * exp(-distance_scale * (d / median d)^2), float32 [Q]."""
+    if distance_scale > 0 and len(d):
+        y = y * np.exp(-distance_scale * (d / max(float(np.median(d)), 1e-8)) ** 2)
+    return np.asarray(y, np.float32)
+
+
+def nearest_targets(features: np.ndarray, ref_features: np.ndarray, ref_targets: np.ndarray, k: int = 25,
+                    chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """(mean target, mean distance) of the k nearest reference states of each query state, each [Q]."""
     import torch
 
     if len(ref_features) == 0:
         raise ValueError("transfer_targets needs reference states (steps of successful episodes)")
     if len(features) == 0:
-        return np.zeros(0, np.float32)
+        return np.zeros(0, np.float32), np.zeros(0, np.float32)
     k = min(int(k), len(ref_features))
     ref = torch.as_tensor(np.asarray(ref_features, np.float32))
     ref_y = torch.as_tensor(np.asarray(ref_targets, np.float32))
@@ -73,22 +91,31 @@ def transfer_targets(features: np.ndarray, ref_features: np.ndarray, ref_targets
         d, idx = torch.cdist(q, ref).topk(k, largest=False)
         mean_y.append(ref_y[idx].mean(1))
         mean_d.append(d.mean(1))
-    y, d = torch.cat(mean_y).numpy(), torch.cat(mean_d).numpy()
-    if distance_scale > 0:
-        y = y * np.exp(-distance_scale * (d / max(float(np.median(d)), 1e-8)) ** 2)
-    return y.astype(np.float32)
+    return torch.cat(mean_y).numpy(), torch.cat(mean_d).numpy()
 
 
 def progress_targets(ends: np.ndarray, success: np.ndarray, features: np.ndarray, reference: np.ndarray,
-                     k: int = 25, distance_scale: float = 0.1) -> np.ndarray:
+                     k: int = 25, distance_scale: float = 0.1, groups: np.ndarray | None = None) -> np.ndarray:
     """Progress target per step [total_steps] (module docstring): t / T on successful episodes, transferred
     from the successful steps where `reference` [total_steps] is True (e.g. the training split) on failed
-    ones. `features` [total_steps, D]: normalized observations."""
+    ones. `features` [total_steps, D]: normalized observations. `groups` [episodes] (e.g. instruction ids):
+    a failed state's neighbours come from its own group's successes (all successes when its group has none);
+    the distance discount's median is over every failed state either way."""
     y = time_targets(ends, success)
     episode, _, _ = episode_index(ends)
     won = np.asarray(success, bool)[episode]
     ref = np.asarray(reference, bool) & won
-    y[~won] = transfer_targets(features[~won], features[ref], y[ref], k, distance_scale)
+    if groups is None:
+        y[~won] = transfer_targets(features[~won], features[ref], y[ref], k, distance_scale)
+        return y
+    group = np.asarray(groups)[episode]
+    mean_y, mean_d = np.zeros(len(y), np.float32), np.zeros(len(y), np.float32)
+    for g in np.unique(group[~won]):
+        q = ~won & (group == g)
+        r = ref & (group == g)
+        r = r if r.any() else ref
+        mean_y[q], mean_d[q] = nearest_targets(features[q], features[r], y[r], k)
+    y[~won] = discount(mean_y[~won], mean_d[~won], distance_scale)
     return y
 
 

@@ -13,6 +13,11 @@ r_success comes from the learned success classifier (`success="classifier"`, wha
 the env (`success="env"`, sim only). With the classifier the learner's episode ends where the classifier
 fires: `terminated` = classifier success, and an env episode that ends without it (time limit, or a success
 the classifier missed) is a cut that bootstraps (`truncated`), so no simulator success leaks into training.
+
+A model that reads camera frames gets them from the observation dicts ("images/<camera>", uint8: the env must
+render those cameras, env.cameras=[...]), and one that reads the instruction gets each row's episode
+instruction (`instruction=`: env.instruction online, the store's per-episode instruction for demonstrations,
+`relabel_replay(..., store=)`); the replay keeps neither, so demo rows are relabeled from their store.
 """
 
 from __future__ import annotations
@@ -42,17 +47,28 @@ class LearnedReward:
         self.model, self.gamma, self.shaping, self.success = model, float(gamma), float(shaping), success
 
     @property
+    def reads_frames(self) -> bool:
+        return bool(self.model.spec.image_shapes)
+
+    @property
+    def reads_instruction(self) -> bool:
+        return bool(self.model.spec.instruction)
+
+    @property
     def bounds(self) -> tuple[float, float]:
         """Range of one step's reward: r_success in {0, 1} plus a shaping term in [-shaping, shaping]."""
         return -self.shaping, 1.0 + self.shaping
 
     def __call__(self, obs: dict, next_obs: dict, env_success: np.ndarray, terminated: np.ndarray,
-                 truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(reward, terminated, truncated) [N] for transitions obs -> next_obs ({key: [N, dim]}; next_obs is the
-        observation the step reached, before any auto-reset) given the env's own flags."""
+                 truncated: np.ndarray, instruction=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(reward, terminated, truncated) [N] for transitions obs -> next_obs ({key: [N, dim] | uint8 [N, H, W, 3]};
+        next_obs is the observation the step reached, before any auto-reset) given the env's own flags;
+        `instruction`: [N] str, each transition's episode instruction (models that read one)."""
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        if self.reads_instruction and instruction is not None and not isinstance(instruction, str):
+            instruction = np.asarray(list(instruction), dtype=object)
         if self.success == "classifier":
-            hit = self.model.success(next_obs)
+            hit = self.model.success(next_obs, instruction)
             ended = terminated | truncated
             terminated, truncated = hit, ended & ~hit
         else:
@@ -60,14 +76,21 @@ class LearnedReward:
         r = hit.astype(np.float32)
         if self.shaping > 0:  # Phi of obs and next_obs in one batched pass
             n = len(r)
-            phi = self.model.progress({k: np.concatenate([obs[k], next_obs[k]]) for k in self.model.spec.obs_dims})
+            both = {k: np.concatenate([obs[k], next_obs[k]]) for k in self.model.spec.inputs}
+            text = instruction
+            if self.reads_instruction and instruction is not None and not isinstance(instruction, str):
+                text = np.concatenate([instruction, instruction])
+            phi = self.model.progress(both, text)
             r = r + potential_shaping(phi[:n], phi[n:], terminated, self.gamma, self.shaping)
         return r.astype(np.float32), terminated, truncated
 
 
-def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs_dims: dict[str, int]) -> None:
+def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs_dims: dict[str, int],
+                   store=None, chunk: int = 512) -> None:
     """Recompute reward / terminated / truncated of every kept row of a Replay (e.g. the demo buffer, built
-    with the env's sparse success as reward) with `reward`; obs are unflattened in `obs_keys` order."""
+    with the env's sparse success as reward) with `reward`; obs are unflattened in `obs_keys` order. A model
+    that reads frames or instructions needs the demo buffer's episode `store` (demo_replay records each row's
+    store steps): frames and instructions are read from it, `chunk` rows at a time."""
     def unflatten(x: np.ndarray) -> dict[str, np.ndarray]:
         out, i = {}, 0
         for k in obs_keys:
@@ -77,16 +100,58 @@ def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs
 
     kept = min(replay.written, replay.rows)
     d = replay.data
+    if reward.reads_frames or reward.reads_instruction:
+        _relabel_from_store(replay, reward, unflatten, store, kept, chunk)
+        return
     for e in range(replay.num_envs):
         r, term, trunc = reward(unflatten(d["obs"][:kept, e]), unflatten(d["next_obs"][:kept, e]),
                                 d["reward"][:kept, e] > 0.5, d["terminated"][:kept, e], d["truncated"][:kept, e])
         d["reward"][:kept, e], d["terminated"][:kept, e], d["truncated"][:kept, e] = r, term, trunc
 
 
+def _relabel_from_store(replay, reward: LearnedReward, unflatten, store, kept: int, chunk: int) -> None:
+    """relabel_replay for models that read frames / instructions: the demo rows' frames and episode instructions
+    come from `store` at the steps demo_replay recorded (replay.demo_steps [rows, 2]: obs step, next_obs step)."""
+    steps = getattr(replay, "demo_steps", None)
+    what = " and ".join(w for w, on in (("camera frames", reward.reads_frames),
+                                        ("instructions", reward.reads_instruction)) if on)
+    if store is None or steps is None or replay.num_envs != 1 or len(steps) < kept:
+        raise ValueError(f"the reward model reads {what}, which a replay does not keep: relabel a demo buffer "
+                         "built by demo_replay(store, ...) and pass store=")
+    spec = reward.model.spec
+    if spec.image_shapes:
+        from robot_rl.reward.train import camera_shapes
+
+        shapes = camera_shapes([store], list(spec.image_shapes), spec.task)  # a missing camera: how to record it
+        for k, want in spec.image_shapes.items():
+            if shapes[k] != list(want):
+                raise ValueError(f"the reward model reads {k} {want[0]}x{want[1]}, demo store {store.path} holds "
+                                 f"{shapes[k][0]}x{shapes[k][1]} frames")
+    text = None
+    if spec.instruction:
+        from robot_rl.reward.labels import episode_index
+        from robot_rl.reward.train import episode_instructions
+
+        text = episode_instructions(store)[episode_index(store.episode_ends)[0]]  # [store steps]
+    d = replay.data
+    for i in range(0, kept, chunk):
+        rows = slice(i, min(i + chunk, kept))
+        obs, nxt = unflatten(d["obs"][rows, 0]), unflatten(d["next_obs"][rows, 0])
+        s, ns = steps[rows, 0], steps[rows, 1]
+        lo, hi = int(min(s.min(), ns.min())), int(max(s.max(), ns.max())) + 1
+        for k in spec.image_shapes:  # one contiguous read per chunk (rows follow the store's order)
+            block = store.read(f"obs/{k}", lo, hi)
+            obs[k], nxt[k] = block[s - lo], block[ns - lo]
+        r, term, trunc = reward(obs, nxt, d["reward"][rows, 0] > 0.5, d["terminated"][rows, 0],
+                                d["truncated"][rows, 0], None if text is None else text[s])
+        d["reward"][rows, 0], d["terminated"][rows, 0], d["truncated"][rows, 0] = r, term, trunc
+
+
 def from_config(path: str, reward: str, shaping: float, gamma: float, envs=()) -> LearnedReward:
     """The LearnedReward of residual RL's config: the reward model at `path`, checked against `envs`
-    (SpecMismatch naming every difference), its classifier as r_success when reward == "learned", the
-    env's success flag when reward == "success"."""
+    (SpecMismatch naming every difference, e.g. a camera the model reads and the env does not render:
+    env.cameras=[...]), its classifier as r_success when reward == "learned", the env's success flag when
+    reward == "success"."""
     from robot_rl.reward.model import load_reward_model
 
     model = load_reward_model(path)

@@ -7,15 +7,23 @@ Reads top-down:
   1. split episodes into train / val / test, stratified by outcome (robot_rl.reward.labels.split_episodes);
   2. targets from episode boundaries, outcomes and observations only (labels.py): t/T on successes and the
      distance-discounted target of the nearest successful states on failures for progress, last frames of
-     successes vs everything else for the classifier; data without failed episodes stops here;
+     successes vs everything else for the classifier; data without failed episodes stops here. The nearest
+     states are searched in the stores' vector observations (`Episodes.features`: every vector key the stores
+     hold, or `failure_neighbor_keys`), whatever the model reads: a robot records them too (proprio, an
+     object pose where one is estimated), and they place the robot and the objects directly. Stores
+     without vector observations fall back to the frames, average-pooled to 8x8 per camera (`frame_features`).
+     A model that reads the instruction takes a failed state's neighbours from successes of its instruction;
   3. fit each network with AdamW + cosine decay on minibatches of training states (BCE; the classifier's
-     rare positives are up-weighted to balance the classes);
+     rare positives are up-weighted to balance the classes). Frames stay uint8 in memory and are indexed per
+     batch (never copied per split); in training they are randomly shifted (model.ImageFeatures), and the
+     observation noise goes on vector keys only;
   4. calibrate the threshold on the val split: the highest one that still detects `min_tpr` of its positive
      states (the fewest false alarms at that recall; a threshold set from the negatives alone lands in the
      noise floor of a confident classifier, measured 3e-5 on lift, and fires on 21% of failed episodes);
   5. evaluate on the test split: Spearman of Phi with the simulator's ground-truth progress (read here and
      only here, when the store recorded it), classifier AUROC, false-positive / true-positive rates at the
-     threshold, per-episode false alarms; save reward_model/ (robot_rl.reward.model).
+     threshold, per-episode false alarms; save reward_model/ (robot_rl.reward.model). Both networks are run
+     on the val and test steps only.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import torch
 
 from robot_rl.reward import labels as L
 from robot_rl.reward.metrics import auroc, rates, spearman, threshold_for_tpr
-from robot_rl.reward.model import CHECKPOINT_DIR, RewardModel, RewardSpec
+from robot_rl.reward.model import CHECKPOINT_DIR, RewardModel, RewardSpec, image_encoder_options
 
 FAILURE_HELP = ("collect base-policy rollouts, which include failures, with robot-rl-collect task={task} "
                 "policy=<train-bc run>/policy episodes=200 out=ROLLOUTS and pass rollouts=ROLLOUTS")
@@ -59,9 +67,14 @@ class RewardTrainConfig:
     test_fraction: float = 0.2  # held-out episodes for the reported metrics
     log_every: int = 100
     seed: int = 0
+    image_encoder: dict = dataclasses.field(default_factory=dict)  # model.IMAGE_ENCODER keys to change (cameras)
+    failure_neighbor_keys: tuple[str, ...] | None = None  # vector keys of the neighbour search; None: every one
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
+        self.image_encoder = image_encoder_options(self.image_encoder or {})
+        if self.failure_neighbor_keys is not None:
+            self.failure_neighbor_keys = tuple(str(k) for k in self.failure_neighbor_keys)
         checks = [
             ("steps", self.steps >= 1, ">= 1"), ("batch_size", self.batch_size >= 1, ">= 1"),
             ("lr", self.lr > 0, "> 0"), ("weight_decay", self.weight_decay >= 0, ">= 0"),
@@ -86,29 +99,120 @@ class RewardTrainConfig:
 class Episodes:
     """Every step of the training stores, concatenated; `gt_*` are simulator ground truth, evaluation only."""
 
-    obs: dict[str, np.ndarray]  # key -> [steps, dim]
+    obs: dict[str, np.ndarray]  # what the model reads: key -> [steps, dim] float32 | uint8 [steps, H, W, 3]
     ends: np.ndarray  # [episodes] cumulative
     success: np.ndarray  # [episodes] outcome
     source: np.ndarray  # [episodes] expert | teleop | policy | intervention
     store: np.ndarray  # [episodes] index of the store it came from
     gt_progress: np.ndarray | None  # [steps] the env's progress after each step, when recorded
     gt_success: np.ndarray | None  # [steps] the env's success flag of each step, when recorded
+    instruction: np.ndarray | None = None  # [episodes] str, when the model reads instructions
+    features: np.ndarray | None = None  # [steps, D] the failed-state neighbour search's space (None: obs vectors)
+    feature_keys: tuple[str, ...] = ()  # what `features` holds: vector keys, or "images/<camera>@8x8"
 
     @property
     def n_episodes(self) -> int:
         return len(self.ends)
 
+    def step_instructions(self) -> np.ndarray | None:
+        """[steps] str: each step's episode instruction (None without instructions)."""
+        if self.instruction is None:
+            return None
+        episode, _, _ = L.episode_index(self.ends)
+        return np.asarray(self.instruction, dtype=object)[episode]
 
-def load_episodes(stores: Sequence, spec: RewardSpec) -> Episodes:
-    """Concatenate the episodes of opened EpisodeStores, checked against `spec` (task, observation keys)."""
-    obs, ends, success, source, which, gt_p, gt_s, offset = {k: [] for k in spec.obs_dims}, [], [], [], [], [], [], 0
-    for i, store in enumerate(stores):
+
+def collect_hint(task: str, cameras) -> str:
+    return f"robot-rl-collect task={task} ... env.cameras=[{','.join(cameras)}]"
+
+
+def camera_shapes(stores: Sequence, cameras: Sequence[str], task: str) -> dict[str, list[int]]:
+    """{"images/<camera>": [H, W, 3]} of the stores' frames of `cameras`; RewardDataError naming a store that
+    lacks one (and how to record it) or frame sizes that differ between stores."""
+    from policies.base import image_key
+
+    out: dict[str, list[int]] = {}
+    for store in stores:
+        have = sorted(k[len("obs/images/"):] for k in store.keys if k.startswith("obs/images/"))
+        for cam in cameras:
+            key = f"obs/{image_key(cam)}"
+            if key not in store.keys:
+                raise RewardDataError(
+                    f"episode store {store.path} lacks {key} (its cameras: {have}); record the frames with "
+                    f"{collect_hint(task, [c[len('images/'):] if c.startswith('images/') else c for c in cameras])}")
+            shape = [int(x) for x in store.keys[key].shape]
+            prev = out.setdefault(image_key(cam), shape)
+            if prev != shape:
+                raise RewardDataError(f"{key}: frames are {prev[0]}x{prev[1]} in one store and {shape[0]}x{shape[1]} "
+                                      f"in {store.path}; record every store with the same env.image_size")
+    return out
+
+
+def episode_instructions(store) -> np.ndarray:
+    """Per-episode instructions of a store (str object array); RewardDataError when one is empty."""
+    text = np.array([str(x) for x in store.episode_attr("instruction")], dtype=object)
+    empty = [i for i, t in enumerate(text) if not t.strip()]
+    if empty:
+        raise RewardDataError(
+            f"episode store {store.path}: {len(empty)} of {len(text)} episodes have an empty instruction (first: "
+            f"episode {empty[0]}); a reward model with inputs.instruction=true reads each episode's instruction: "
+            "record a task that gives instructions, or set inputs.instruction=false")
+    return text
+
+
+def vector_keys(stores: Sequence) -> dict[str, int]:
+    """Vector observation keys (not frames) every store holds with one per-step shape [dim]: key -> dim."""
+    common = None
+    for store in stores:
+        keys = {k[len("obs/"):]: tuple(spec.shape) for k, spec in store.keys.items()
+                if k.startswith("obs/") and not k.startswith("obs/images/") and len(spec.shape) == 1}
+        common = keys if common is None else {k: v for k, v in common.items() if keys.get(k) == v}
+    return {k: int(v[0]) for k, v in sorted((common or {}).items())}
+
+
+def frame_features(frames: dict[str, np.ndarray], size: int = 8, chunk: int = 2048) -> np.ndarray:
+    """[steps, cameras * size * size * 3] float32: each camera's frames average-pooled to size x size, in [0, 1]
+    (the neighbour-search space of stores without vector observations)."""
+    parts = []
+    for k in sorted(frames):
+        f = frames[k]
+        out = [torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(f[i:i + chunk]).permute(0, 3, 1, 2).float(),
+                                                       size).flatten(1) / 255.0 for i in range(0, len(f), chunk)]
+        parts.append(torch.cat(out).numpy())
+    return np.concatenate(parts, axis=1).astype(np.float32)
+
+
+def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[str] | None = None) -> Episodes:
+    """Concatenate the episodes of opened EpisodeStores, checked against `spec` (task, observation keys, cameras,
+    instructions), with the failed-state neighbour search's features (`neighbor_keys`: vector keys; None: every
+    vector key the stores hold; none at all: frame_features of the spec's cameras)."""
+    for store in stores:
         if store.n_episodes == 0:
             raise RewardDataError(f"episode store {store.path} has no episodes")
         tasks = sorted(set(map(str, store.episode_attr("task"))))
         if tasks != [spec.task]:
             raise RewardDataError(f"episode store {store.path} holds task(s) {tasks}, the reward model is for "
                                   f"task {spec.task!r}; set task=... to match or pass a store of {spec.task!r}")
+    shapes = camera_shapes(stores, list(spec.image_shapes), spec.task)
+    for k, want in spec.image_shapes.items():
+        if shapes[k] != list(want):
+            raise RewardDataError(f"the reward model reads {k} {want[0]}x{want[1]}, the stores hold "
+                                  f"{shapes[k][0]}x{shapes[k][1]} frames")
+    available = vector_keys(stores)
+    if neighbor_keys is None:
+        neighbor_keys = list(available)
+    missing = [k for k in neighbor_keys if k not in available]
+    if missing:
+        raise RewardDataError(f"failure_neighbor_keys: {missing} are not vector observations of every store (they "
+                              f"hold {sorted(available)})")
+    if not neighbor_keys and not spec.image_shapes:
+        raise RewardDataError("the stores hold no vector observations and the model reads no camera: there is "
+                              "nothing to compare failed states with successful ones")
+    extra = [k for k in neighbor_keys if k not in spec.obs_dims]  # read for the labels only
+    obs = {k: [] for k in [*spec.obs_dims, *spec.image_shapes]}
+    side = {k: [] for k in extra}
+    ends, success, source, which, gt_p, gt_s, text, offset = [], [], [], [], [], [], [], 0
+    for i, store in enumerate(stores):
         for k, d in spec.obs_dims.items():
             key = f"obs/{k}"
             if key not in store.keys:
@@ -117,6 +221,12 @@ def load_episodes(stores: Sequence, spec: RewardSpec) -> Episodes:
                 raise RewardDataError(f"episode store {store.path}: {key} has per-step shape "
                                       f"{tuple(store.keys[key].shape)}, task {spec.task!r} observes ({d},)")
             obs[k].append(store.read(key).astype(np.float32))
+        for k in spec.image_shapes:
+            obs[k].append(store.read(f"obs/{k}"))  # uint8, as stored
+        for k in extra:
+            side[k].append(store.read(f"obs/{k}").astype(np.float32))
+        if spec.instruction:
+            text.append(episode_instructions(store))
         ends.append(store.episode_ends + offset)
         offset += store.n_steps
         success.append(store.episode_attr("success").astype(bool))
@@ -125,8 +235,16 @@ def load_episodes(stores: Sequence, spec: RewardSpec) -> Episodes:
         gt_p.append(store.read("progress").astype(np.float32) if "progress" in store.keys else None)
         gt_s.append(store.read("success").astype(bool) if "success" in store.keys else None)
     cat = lambda parts: None if any(p is None for p in parts) else np.concatenate(parts)  # noqa: E731
-    return Episodes({k: np.concatenate(v) for k, v in obs.items()}, np.concatenate(ends), np.concatenate(success),
-                    np.concatenate(source), np.concatenate(which), cat(gt_p), cat(gt_s))
+    obs = {k: np.concatenate(v) for k, v in obs.items()}
+    side = {k: np.concatenate(v) for k, v in side.items()}
+    if neighbor_keys:
+        keys = tuple(sorted(neighbor_keys))
+        features = np.concatenate([obs[k] if k in obs else side[k] for k in keys], axis=1)
+    else:
+        keys = tuple(f"{k}@8x8" for k in sorted(spec.image_shapes))
+        features = frame_features({k: obs[k] for k in spec.image_shapes})
+    return Episodes(obs, np.concatenate(ends), np.concatenate(success), np.concatenate(source), np.concatenate(which),
+                    cat(gt_p), cat(gt_s), np.concatenate(text) if spec.instruction else None, features, keys)
 
 
 def check_outcomes(data: Episodes, task: str) -> None:
@@ -150,23 +268,31 @@ def step_mask(ends: np.ndarray, episodes: np.ndarray) -> np.ndarray:
     return np.isin(episode, episodes)
 
 
-def _fit(net, obs: dict[str, np.ndarray], target: np.ndarray, weight: np.ndarray, cfg: RewardTrainConfig,
-         rng: np.random.Generator, log, name: str, advance=None, on_log=None) -> float:
-    """Minibatch AdamW + cosine decay on weighted BCE(logit, target); returns the last logged loss."""
+def _fit(net, obs: dict[str, np.ndarray], rows: np.ndarray, target: np.ndarray, weight: np.ndarray,
+         cfg: RewardTrainConfig, rng: np.random.Generator, log, name: str, advance=None, on_log=None,
+         instruction: np.ndarray | None = None) -> float:
+    """Minibatch AdamW + cosine decay on weighted BCE(logit, target) over the steps `rows` [n] of `obs` (every
+    step; target, weight [n]; instruction: [steps] str or None); returns the last logged loss."""
     x = {k: torch.from_numpy(v) for k, v in obs.items()}
+    rows_t = torch.from_numpy(np.asarray(rows, np.int64))
     y, w = torch.from_numpy(target.astype(np.float32)), torch.from_numpy(weight.astype(np.float32))
     for k, enc in net.encoder.enc.items():
-        enc.set_stats(obs[k])
+        if hasattr(enc, "scale"):  # vector keys: normalization from the training steps (frames need none)
+            enc.set_stats(obs[k][rows])
+    if instruction is not None:
+        net.encoder.set_text_stats(instruction[rows])
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + np.cos(np.pi * min(1.0, s / cfg.steps))))
     n, losses, last = len(y), [], float("nan")
     net.train()
     for step in range(1, cfg.steps + 1):
         idx = torch.from_numpy(rng.integers(0, n, size=min(cfg.batch_size, n)))
-        batch = {k: v[idx] for k, v in x.items()}
+        steps = rows_t[idx]
+        batch = {k: v[steps] for k, v in x.items()}
         if cfg.obs_noise > 0:  # noise in normalized units: every key gets the same relative jitter
-            batch = {k: v + cfg.obs_noise * net.encoder.enc[k].scale * torch.randn_like(v) for k, v in batch.items()}
-        logit = net(batch)
+            batch = {k: v + cfg.obs_noise * net.encoder.enc[k].scale * torch.randn_like(v)
+                     if hasattr(net.encoder.enc[k], "scale") else v for k, v in batch.items()}  # not on frames
+        logit = net(batch, None if instruction is None else instruction[steps.numpy()])
         loss = (torch.nn.functional.binary_cross_entropy_with_logits(logit, y[idx], reduction="none") * w[idx]).sum()
         loss = loss / w[idx].sum().clamp_min(1e-8)
         if not torch.isfinite(loss):
@@ -282,27 +408,38 @@ def train_reward(run_dir: Path, cfg: RewardTrainConfig, data: Episodes, spec: Re
         raise RewardDataError("no failed episode is left for training after the val / test split; "
                               + FAILURE_HELP.format(task=spec.task))
     train_m = step_mask(data.ends, splits["train"])
-    obs_train = {k: v[train_m] for k, v in data.obs.items()}
-    model = RewardModel.build(spec, cfg.hidden)
+    train_rows = np.nonzero(train_m)[0]
+    text = data.step_instructions()  # [steps] str, or None
+    if spec.instruction and text is None:
+        raise RewardDataError("the reward model reads instructions and the data holds none")
+    model = RewardModel.build(spec, cfg.hidden, cfg.image_encoder)
     task = bar.add_task("reward", total=2 * cfg.steps) if bar is not None else None
     advance = (lambda k: bar.advance(task, k)) if bar is not None else None
     t0 = time.perf_counter()
 
     # progress: t/T in successes, transferred from the nearest training successes in failures
-    keys = sorted(spec.obs_dims)
-    x = np.concatenate([data.obs[k] for k in keys], axis=1).astype(np.float64)
+    if data.features is not None:
+        x = data.features.astype(np.float64)
+    else:  # Episodes made by hand: the vector observations the model reads
+        x = np.concatenate([data.obs[k] for k in sorted(spec.obs_dims)], axis=1).astype(np.float64)
     mu, sd = x[train_m].mean(0), np.maximum(x[train_m].std(0), 1e-3)
+    groups = None  # a language model's neighbours: successes of the same instruction (labels.py)
+    if spec.instruction and data.instruction is not None:
+        groups = np.unique(np.asarray(data.instruction, dtype=str), return_inverse=True)[1]
     y = L.progress_targets(data.ends, data.success, ((x - mu) / sd).astype(np.float32), train_m,
-                           cfg.failure_neighbors, cfg.failure_distance_scale)
+                           cfg.failure_neighbors, cfg.failure_distance_scale, groups)
+    del x
     val_m = step_mask(data.ends, splits["val"])
     val_obs = {k: v[val_m] for k, v in data.obs.items()}
+    val_text = None if text is None else text[val_m]
 
     def log_progress(step):
         if data.gt_progress is not None:  # evaluation only: never reaches the loss
-            log.scalar("val/progress_spearman", spearman(model.progress(val_obs), data.gt_progress[val_m]), step)
+            log.scalar("val/progress_spearman", spearman(model.progress(val_obs, val_text), data.gt_progress[val_m]),
+                       step)
 
-    progress_loss = _fit(model.progress_net, obs_train, y[train_m], np.ones(int(train_m.sum())), cfg, rng, log,
-                         "progress", advance, log_progress)
+    progress_loss = _fit(model.progress_net, data.obs, train_rows, y[train_m], np.ones(len(train_rows)), cfg, rng,
+                         log, "progress", advance, log_progress, text)
 
     # success classifier: positives are rare (a few frames per success), balance the two classes
     label, used = L.success_targets(data.ends, data.success, cfg.positive_frames, cfg.gap_frames)
@@ -312,21 +449,30 @@ def train_reward(run_dir: Path, cfg: RewardTrainConfig, data: Episodes, spec: Re
     val_sel = val_m & used
 
     def log_success(step):
-        log.scalar("val/success_auroc", auroc(model.success_prob(val_obs)[used[val_m]], label[val_sel]), step)
+        log.scalar("val/success_auroc", auroc(model.success_prob(val_obs, val_text)[used[val_m]], label[val_sel]),
+                   step)
 
-    success_loss = _fit(model.success_net, {k: v[sel] for k, v in data.obs.items()}, label[sel].astype(np.float32),
-                        w, cfg, rng, log, "success", advance, log_success)
+    success_loss = _fit(model.success_net, data.obs, np.nonzero(sel)[0], label[sel].astype(np.float32), w, cfg,
+                        rng, log, "success", advance, log_success, text)
     train_time = time.perf_counter() - t0
 
+    # both networks on the held-out steps only (nan elsewhere: never read below)
+    eval_rows = np.nonzero(val_m | step_mask(data.ends, splits["test"]))[0]
+    eval_obs = {k: v[eval_rows] for k, v in data.obs.items()}
+    eval_text = None if text is None else text[eval_rows]
+    p_all = np.full(len(train_m), np.nan, np.float32)
+    p_all[eval_rows] = model.success_prob(eval_obs, eval_text)
+
     # threshold: calibrated on the val episodes' positives (their rates are reported below)
-    p_all = model.success_prob(data.obs)
     pos_val = p_all[val_sel & label]
     if pos_val.size == 0:
         raise RewardDataError("the val split has no successful episode to calibrate the threshold on; raise "
                               "val_fraction= or add successful episodes")
     model.threshold = threshold_for_tpr(pos_val, cfg.min_tpr)
 
-    phi_all = model.progress(data.obs)
+    phi_all = np.full(len(train_m), np.nan, np.float32)
+    phi_all[eval_rows] = model.progress(eval_obs, eval_text)
+    del eval_obs
     test = splits["test"]
     metrics = {
         "progress": progress_metrics(phi_all, data, test),
@@ -338,6 +484,9 @@ def train_reward(run_dir: Path, cfg: RewardTrainConfig, data: Episodes, spec: Re
         "progress_final_loss": progress_loss,
         "success_final_loss": success_loss,
         "train_time_s": train_time,
+        "inputs": {"state": sorted(spec.obs_dims), "cameras": sorted(spec.image_shapes),
+                   "instruction": spec.instruction},
+        "failure_neighbor_features": list(data.feature_keys) if data.features is not None else sorted(spec.obs_dims),
     }
     model.info = {**(info or {}), "test": {"spearman": metrics["progress"]["spearman"],
                                            "auroc": metrics["classifier"]["auroc"],

@@ -15,7 +15,9 @@ A time-limit truncation (or any cut that is not a true termination: a restart, a
 bootstraps from the stored next observation; only `terminated` zeroes the discount.
 
 The demo buffer is the same ring with one env column holding the store's episodes end to end; its base
-actions are relabeled with the base policy (the base's first action at each demo state, queue empty).
+actions are relabeled with the base policy (the base's first action at each demo state, queue empty). It
+records the store step of each row's obs and next_obs (`demo_steps`), so a reward model that reads what the
+ring does not keep (camera frames, the episode's instruction) can relabel it from the store.
 """
 
 from __future__ import annotations
@@ -147,7 +149,10 @@ def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success",
 
     obs_horizon = base.spec.obs_horizon if base is not None else 1
     skeys = [f"obs/{k}" for k in obs_keys]
-    sampler = SequenceSampler(store, obs_keys=skeys, action_keys=("action",), obs_horizon=obs_horizon,
+    # what the base reads besides the residual's vector keys: its own vector keys, camera frames (uint8)
+    base_keys = sorted(set(base.spec.obs_dims) | set(base.spec.image_shapes)) if base is not None else []
+    extra = [f"obs/{k}" for k in base_keys if f"obs/{k}" not in skeys]
+    sampler = SequenceSampler(store, obs_keys=skeys + extra, action_keys=("action",), obs_horizon=obs_horizon,
                               action_horizon=1)
     w = sampler.windows(np.arange(len(sampler)))
     m = len(sampler)
@@ -157,10 +162,17 @@ def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success",
         base_action = np.zeros_like(action)
     else:
         base.reset(None)
-        base_action = np.concatenate([
-            base.act({k: w[f"obs/{k}"][i: i + relabel_batch] for k in obs_keys})[:, 0]
-            for i in range(0, m, relabel_batch)
-        ]).astype(np.float32)
+        text = None
+        if base.spec.instruction:  # each window's episode instruction
+            text = np.array([str(x) for x in store.episode_attr("instruction")], dtype=object)[w["episode"]]
+
+        def query(i: int) -> dict:
+            q = {k: w[f"obs/{k}"][i: i + relabel_batch] for k in base_keys}
+            if text is not None:
+                q["instruction"] = text[i: i + relabel_batch]
+            return q
+
+        base_action = np.concatenate([base.act(query(i))[:, 0] for i in range(0, m, relabel_batch)]).astype(np.float32)
     if reward == "success":
         r = store.read("success").astype(np.float32)
     elif reward == "env":
@@ -195,6 +207,7 @@ def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success",
     for k, v in fields.items():
         out.data[k][: len(idx), 0] = v
     out.written = len(idx)
+    out.demo_steps = np.stack([idx, next_idx[idx]], axis=1)  # [rows, 2] store steps of obs and next_obs
     return out
 
 

@@ -122,7 +122,8 @@ class BaseActionQueue:
 
     def next(self, history: dict[str, np.ndarray], env_ids=None) -> np.ndarray:
         """Base actions [len(env_ids), A] for env_ids (all when None), advancing their queues.
-        history: {key: [num_envs, obs_horizon, dim]} of all envs."""
+        history: {key: [num_envs, obs_horizon, ...]} of all envs (and "instruction": [num_envs] for bases that
+        read one); the queried envs' rows are passed on."""
         ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
         if self.base is None:
             return np.zeros((len(ids), self.chunk.shape[2]), np.float32)

@@ -15,6 +15,10 @@ Per vector step:
     replay row: obs, base action, executed action, reward, final_obs, next base action, terminated,
     truncated, intervention
     envs that ended start over: history refilled from the new first observation, queue emptied
+A base that reads cameras gets uint8 frame histories; one that reads an instruction gets each env's episode
+instruction (env.instruction; the ended episode's for its final_obs, the new one's after the reset). A reward
+model that reads cameras gets the frames of obs and final_obs (the env renders them: env.cameras=[...]), one
+that reads the instruction gets the episode's, kept the same way.
 Works with any BatchedEnv (MuJoCo C or MJX): it only uses the host API.
 """
 
@@ -29,11 +33,13 @@ REWARDS = ("success", "env", "learned")
 
 
 class ObsHistory:
-    """Per-env observation history {key: [N, horizon, dim]}; a new episode is filled with its first observation
-    (as PolicyRunner and the training windows do)."""
+    """Per-env observation history {key: [N, horizon, dim]} (camera keys: uint8 [N, horizon, H, W, 3]); a new
+    episode is filled with its first observation (as PolicyRunner and the training windows do)."""
 
-    def __init__(self, obs_dims: dict[str, int], horizon: int, num_envs: int):
+    def __init__(self, obs_dims: dict[str, int], horizon: int, num_envs: int, image_shapes: dict | None = None):
         self.data = {k: np.zeros((num_envs, horizon, d), np.float32) for k, d in obs_dims.items()}
+        for k, shape in (image_shapes or {}).items():
+            self.data[k] = np.zeros((num_envs, horizon, *shape), np.uint8)
         self.fresh = np.ones(num_envs, bool)
 
     def reset(self, env_ids=None) -> None:
@@ -78,12 +84,13 @@ class Collector:
         self.reward, self.explore_std = reward, float(explore_std)
         self.keys = policy.obs_keys
         n = env.num_envs
-        self.history = ObsHistory(policy.spec.obs_dims, policy.spec.obs_horizon, n)
+        self.history = ObsHistory(policy.spec.obs_dims, policy.spec.obs_horizon, n, policy.spec.image_shapes)
         self.queue = BaseActionQueue(policy.base, n, env.action_dim)
         self.rng = np.random.default_rng(seed)
         self.obs = np.zeros((n, sum(policy.spec.obs_dims.values())), np.float32)
         self.obs_dict: dict[str, np.ndarray] = {}  # the current observations, for the reward model
         self.base = np.zeros((n, env.action_dim), np.float32)
+        self.instruction = None  # each env's current instruction (str array [N]) when the base or reward reads one
         self.ever_success = np.zeros(n, bool)
         self.finished: list[tuple[bool, float, int]] = []  # (success, env return, length) of ended episodes
 
@@ -94,7 +101,8 @@ class Collector:
         self.history.reset()
         self.queue.reset()
         self.history.push(obs)
-        self.base = self.queue.next(self.history.data)
+        self.instruction = self._instructions()
+        self.base = self.queue.next(self._base_input())
         self.obs = flatten_obs(obs, self.keys)
         self.obs_dict = obs
         self.ever_success[:] = False
@@ -115,7 +123,8 @@ class Collector:
         term, trunc = info["terminated"], info["truncated"]
         final = info["final_obs"]
         if self.learned is not None:  # learned success (or env success) + shaping; may move terminations
-            r, l_term, l_trunc = self.learned(self.obs_dict, final, info["success"], term, trunc)
+            text = self.instruction if self.learned.reads_instruction else None  # obs' and final_obs' episode
+            r, l_term, l_trunc = self.learned(self.obs_dict, final, info["success"], term, trunc, text)
         else:
             r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
             l_term, l_trunc = term, trunc
@@ -126,7 +135,7 @@ class Collector:
         # the base action at final_obs: where the env goes on (next step's base), or where the learner bootstraps
         boot = np.nonzero(~term | l_trunc)[0]
         if len(boot):
-            next_base[boot] = self.queue.next(self.history.data, boot)
+            next_base[boot] = self.queue.next(self._base_input(), boot)  # the ended episodes' own instructions
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
                         next_obs=flatten_obs(final, self.keys), next_base_action=next_base, terminated=l_term,
                         truncated=l_trunc, intervention=intervention)
@@ -143,10 +152,31 @@ class Collector:
             self.history.reset(ids)
             self.queue.reset(ids)
             self.history.push(obs, ids)
-            next_base[ids] = self.queue.next(self.history.data, ids)
+            self.instruction = self._instructions()
+            next_base[ids] = self.queue.next(self._base_input(), ids)
         self.obs = flatten_obs(obs, self.keys)
         self.obs_dict = obs
         self.base = next_base
+
+    def _base_reads_instruction(self) -> bool:
+        base = self.policy.base
+        return base is not None and bool(base.spec.instruction)
+
+    def _instructions(self):
+        """The envs' current episode instructions, when the base or the reward model reads them (else None)."""
+        if not (self._base_reads_instruction() or (self.learned is not None and self.learned.reads_instruction)):
+            return None
+        from policies.base import check_instructions
+
+        return check_instructions(getattr(self.env, "instruction", None), self.env.num_envs)
+
+    def _base_input(self) -> dict:
+        """What the base is queried with: the histories, and the instructions when it reads them."""
+        if self.instruction is None or not self._base_reads_instruction():
+            return self.history.data
+        from policies.base import INSTRUCTION
+
+        return {**self.history.data, INSTRUCTION: self.instruction}
 
     def pop_finished(self) -> list[tuple[bool, float, int]]:
         out, self.finished = self.finished, []
