@@ -160,3 +160,37 @@ def test_a_restarted_learner_resumes_and_drops_the_batches_it_already_has(local_
 
     _, train = load_training(run / "checkpoints", _resume_config(run))
     assert train["distributed"]["hwm"] == {"0": 14} and train["env_steps"] == 120
+
+
+def test_actors_run_their_own_scripted_humans_whose_steps_reach_replay_demos_and_logs(local_ray, small_env, tmp_path):
+    """rl.interventions=scripted with 2 actors: each actor's scripted human (its own budget) takes over, the flagged
+    rows go to the online replay and the demo buffer, as in single-process training, and the rates are logged."""
+    from robot_rl.data import EpisodeStore
+    from robot_rl.data.collect import collect
+    from sim.experts import make_expert
+
+    path = tmp_path / "demos.zarr"
+    with EpisodeStore.open(path, "a") as store:
+        collect(small_env, make_expert(small_env, noise=0.1), store, 2, seed=3)
+    hil = dict(threshold=0.3, patience=2, hold=3, cooldown=1, max_fraction=0.3)
+    cfg = _tiny(env_steps=160, interventions="scripted", hil=hil)
+    ws = DistributedWorkspace(tmp_path / "run", cfg, small_env, None, _dist(), base_path=None,
+                              demo_store=EpisodeStore.open(path))
+    demo_rows = ws.demos.written
+    log = RunLog(ws.run_dir)
+    result = ws.run(log)
+    log.close()
+    flags = ws.replay.data["intervention"][: ws.replay.written]
+    tags = _row_tags(ws)
+    for slot in (0, 1):  # both actors' humans took over, each within its own budget
+        mine = flags[tags[:, 0] == slot]
+        assert 0 < mine.sum() <= 0.3 * mine.size + 1e-9, (slot, mine.sum(), mine.size)
+    human = int(flags.sum())
+    assert result["distributed"]["interventions"] == human
+    assert ws.demos.written == demo_rows + human  # every human transition also went into the demo buffer
+    added = slice(demo_rows, ws.demos.written)
+    assert ws.demos.data["intervention"][added, 0].all()
+    assert (ws.demos.data["truncated"][added, 0] | ws.demos.data["terminated"][added, 0]).all()
+    assert log.history["hil/intervention_rate"] and log.history["hil/takeovers_per_episode"]
+    assert 0 < log.last("hil/fraction_so_far") <= 0.3
+    _assert_each_transition_once(ws)

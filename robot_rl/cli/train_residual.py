@@ -9,6 +9,7 @@ BasePolicy checkpoint that robot-rl-eval and robot-rl-deploy load unchanged), tb
 checkpoints/, videos/. Run it again with hydra.run.dir=<that directory> to resume. Evaluations run on a
 separate env (eval_num_envs), so training episodes are never cut by them.
 distributed.actors=N collects with N actor processes on Ray (robot_rl/rl/distributed.py); same learner and run dir.
+distributed.robots=[{name: arm1}] adds robot actors: the deploy node (`deploy` config) on a robot (real/robot_actor.py).
 `python -m robot_rl.rl.compare` plots several runs' success curves on one figure.
 """
 
@@ -66,12 +67,30 @@ def _configs(cfg: DictConfig):
         fail(f"rl.videos={rl.videos} must be <= the evaluation envs ({eval_n}: eval_num_envs or env.num_envs)")
     whole("torch_threads", cfg.torch_threads, 0)
     dist = distributed_config(cfg.distributed)
-    if dist.actors > 0 and cfg.mode != "base":
+    if (dist.actors > 0 or dist.robots) and cfg.mode != "base":
         try:
             import ray  # noqa: F401
         except ImportError:
             fail(f"distributed.actors={dist.actors} needs Ray: pip install 'ray>=2.40' (or distributed.actors=0)")
+    if dist.robots and cfg.mode != "base":
+        _check_robots(cfg, rl, dist)
     return env_cfg, rl, dataclasses.replace(env_cfg, num_envs=eval_n), dist
+
+
+def _check_robots(cfg: DictConfig, rl, dist) -> None:
+    """Robot actors: learned rewards, a base, and every robot's deploy config valid (before Ray starts)."""
+    from real.config import DeployConfigError, deploy_config
+    from robot_rl.rl.distributed import check_robot_config
+
+    try:
+        check_robot_config(rl, cfg.base if cfg.mode == "residual" else None)
+    except ValueError as e:
+        fail(str(e))
+    for robot in dist.robots:
+        try:
+            deploy_config(OmegaConf.merge(cfg.deploy, robot.deploy))
+        except DeployConfigError as e:
+            fail(f"distributed.robots[{robot.name}]: {e}")
 
 
 def run_with_budget_bar(ws, log, bar, label: str) -> dict:
@@ -132,19 +151,23 @@ def main(cfg: DictConfig) -> None:
             print(f"run dir: {run_dir}")
             return
         if cfg.demos:
-            store = open_store(cfg.demos, env_cfg, env.obs_dims)
+            cams = [k[len("images/"):] for k in base.spec.image_shapes] if base is not None else []
+            # the base relabels the demos: they must hold its cameras and instructions too
+            store = open_store(cfg.demos, env_cfg, env.obs_dims, cams, base is not None and base.spec.instruction)
         if cfg.mode == "scratch":
             rl = from_scratch(rl)
         stops: tuple[type[Exception], ...] = (FloatingPointError,)  # errors that end training with one line
         try:  # a reward model (rl.reward_model) for another task or spec, or a broken one, stops here
-            if dist.actors > 0:
+            if dist.actors > 0 or dist.robots:
                 from robot_rl.rl.distributed import ActorFailure, DistributedWorkspace
 
                 stops += (ActorFailure,)  # an actor that cannot start, or keeps dying
                 ws = DistributedWorkspace(run_dir, rl, env, base, dist, demo_store=store, eval_env=eval_env,
-                                          base_path=cfg.base if base is not None else None)
+                                          base_path=cfg.base if base is not None else None,
+                                          deploy=OmegaConf.to_container(cfg.deploy, resolve=True))
                 where = dist.address or "a local Ray instance"
-                print(f"distributed: {dist.actors} env actors x {env_cfg.num_envs} envs on {where}")
+                robots = f" + robot actors {', '.join(r.name for r in dist.robots)}" if dist.robots else ""
+                print(f"distributed: {dist.actors} env actors x {env_cfg.num_envs} envs{robots} on {where}")
             else:
                 ws = ResidualWorkspace(run_dir, rl, env, base, demo_store=store, eval_env=eval_env)
         except (SpecMismatch, CheckpointError) as e:

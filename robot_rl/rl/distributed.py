@@ -12,20 +12,27 @@ Processes:
                                  (loaded from its checkpoint inside the actor), a copy of the residual actor's
                                  weights and a Collector writing `batch_steps` vector steps into a local Replay.
                                  A batch carries (slot, seq), its rows with their intervention flags, and the
-                                 episodes that ended in it.
+                                 episodes that ended in it. With rl.interventions=scripted each actor runs its own
+                                 scripted human (its own budget); the batch carries their per-episode stats.
+  RobotActor x R (Ray actors)    distributed.robots: the deploy node on a robot instead of an env (real/robot_actor.py),
+                                 placed by the Ray resource robot_<name>; same batches, learned rewards only.
   EvalActor (Ray actor)          robot_rl.evaluation.evaluate_policy on the latest weights, on its own env.
 
 Learner loop (one thread):
   - keeps `max_in_flight` collect() requests outstanding per actor: an actor never runs more than that many
     batches ahead of the learner (backpressure; nothing queues without bound);
+  - an actor with nothing to send yet (a robot mid-episode) answers a heartbeat: alive, no batch;
   - a batch is accepted only when its seq is above its slot's high-water mark (a duplicate, e.g. a batch an actor
     resends to a restarted learner, is dropped); its rows go into the replay with the last one marked as a cut:
     rows of different actors interleave, so n-step returns stop at a batch's end and bootstrap from the stored
-    next observation (a time-limit-like cut, never a termination). Then the `utd * transitions` updates run;
+    next observation (a time-limit-like cut, never a termination). Human rows also go to the demo buffer, and
+    the actors' per-episode intervention stats to the hil/ logs, as in single-process training. Then the
+    `utd * transitions` updates run;
   - every `weight_sync_every` updates (and when the observation statistics freeze) the weights go once through
     the object store to every actor;
-  - a dead actor (its request fails with RayActorError, or no batch for `actor_timeout_s`) is killed and replaced
-    in the same slot, continuing the slot's sequence numbers; the other actors keep feeding the learner meanwhile;
+  - a dead actor (its request fails with RayActorError, or no answer for `actor_timeout_s`) is killed and replaced
+    in the same slot, continuing the slot's sequence numbers; the other actors keep feeding the learner meanwhile.
+    An actor whose collection raises (e.g. a robot's node loop died) stops the run with its error;
   - checkpoints are ResidualWorkspace checkpoints plus the slots' high-water marks and a (slot, seq, row) tag per
     replay row. A restarted learner resumes replay and marks from there, so a batch that is already in the replay
     is never added again. Batches collected after the last checkpoint die with the learner unless the actors
@@ -49,7 +56,7 @@ import numpy as np
 import torch
 
 from robot_rl import checkpoint
-from robot_rl.rl.replay import Replay
+from robot_rl.rl.replay import Replay, add_transitions
 from robot_rl.rl.residual import ResidualConfig, ResidualPolicy, from_dict
 from robot_rl.rl.rollout import Collector
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace, _Clock
@@ -58,7 +65,40 @@ NAMESPACE = "robot_rl"  # Ray namespace of our named (detached) actors
 
 
 class ActorFailure(RuntimeError):
-    """An actor could not start, or actors kept dying past distributed.max_actor_restarts; names the cause."""
+    """An actor could not start, raised, or actors kept dying past distributed.max_actor_restarts; names the cause."""
+
+
+@dataclasses.dataclass
+class RobotConfig:
+    """One robot actor (an entry of distributed.robots): the deploy node on a robot, run by a Ray actor that needs
+    the Ray resource `robot_<name>` (advertised by the robot's computer: ray start --resources='{"robot_<name>": 1}';
+    a local Ray instance started by the learner advertises it itself)."""
+
+    name: str
+    deploy: dict = dataclasses.field(default_factory=dict)  # overrides of the `deploy` config for this robot
+
+    def __post_init__(self):
+        if not (isinstance(self.name, str) and self.name and all(c.isalnum() or c in "_-" for c in self.name)):
+            raise ValueError(f"distributed.robots: name={self.name!r} must be a non-empty word (letters, digits, _ -)")
+        if not isinstance(self.deploy, dict):
+            raise ValueError(f"distributed.robots[{self.name}].deploy must be a mapping of deploy overrides")
+
+    @property
+    def resource(self) -> str:
+        return f"robot_{self.name}"
+
+
+def check_robot_config(cfg: ResidualRLConfig, base) -> None:
+    """ValueError unless residual RL can run on robots with `cfg` and `base` (a policy or its path): learned rewards
+    (a robot has no simulator reward) and a base policy for the node."""
+    if cfg.reward != "learned":
+        raise ValueError(
+            f"rl.reward={cfg.reward} needs the simulator's reward, which a robot does not have: train a reward model "
+            "with robot-rl-train-reward and set rl.reward=learned rl.reward_model=<its run directory> for "
+            "distributed.robots")
+    if base is None:
+        raise ValueError("distributed.robots: the deploy node runs a base policy plus the residual; give base=<a "
+                         "BasePolicy checkpoint> (RL from scratch, mode=scratch, is not run on robots)")
 
 
 @dataclasses.dataclass
@@ -80,6 +120,7 @@ class DistributedConfig:
     address: str | None = None  # null: a new local Ray instance; "auto" or "host:6379": a running cluster
     num_cpus: int = 0  # local instance only: CPU slots it advertises (0: actors + 1, evaluation included)
     object_store_mb: int = 200  # local instance only: object store size (transition batches are small)
+    robots: list = dataclasses.field(default_factory=list)  # robot actors: [{name, deploy: {overrides}}] (RobotConfig)
 
     def __post_init__(self):
         checks = [("actors", 0), ("batch_steps", 1), ("max_in_flight", 1), ("weight_sync_every", 1),
@@ -95,6 +136,20 @@ class DistributedConfig:
             raise ValueError(f"distributed.actor_cpus={self.actor_cpus!r} must be >= 0")
         if self.address is not None and not (isinstance(self.address, str) and self.address):
             raise ValueError(f"distributed.address={self.address!r} must be null (local Ray), 'auto' or host:port")
+        if not isinstance(self.robots, (list, tuple)):
+            raise ValueError(f"distributed.robots={self.robots!r} must be a list of {{name, deploy}} entries")
+        robots = []
+        for r in self.robots:
+            if isinstance(r, RobotConfig):
+                robots.append(r)
+                continue
+            if not isinstance(r, dict):
+                raise ValueError(f"distributed.robots entry {r!r} must be a mapping {{name, deploy}}")
+            robots.append(from_dict(RobotConfig, r, "distributed.robots entry"))
+        names = [r.name for r in robots]
+        if len(set(names)) != len(names):
+            raise ValueError(f"distributed.robots names {names} must be unique")
+        self.robots = robots
 
     @classmethod
     def from_dict(cls, d: dict) -> "DistributedConfig":
@@ -118,8 +173,10 @@ def connect(d: DistributedConfig) -> bool:
     else:  # "local": never join a cluster by accident (RAY_ADDRESS, a `ray start` on this machine)
         # Ray runs its workers at nice 15 by default: on a machine busy with other work the actors then starve
         # next to the learner (measured: 2 actors collected no faster than 1). Same priority as the learner here.
-        ray.init(address="local", num_cpus=d.num_cpus or d.actors + 1, include_dashboard=False,
-                 object_store_memory=d.object_store_mb * 2**20, _system_config={"worker_niceness": 0}, **kw)
+        # The robots' resources too: on one machine the robot actors run next to the learner.
+        ray.init(address="local", num_cpus=d.num_cpus or d.actors + len(d.robots) + 1, include_dashboard=False,
+                 resources={r.resource: 1 for r in d.robots} or None, object_store_memory=d.object_store_mb * 2**20,
+                 _system_config={"worker_niceness": 0}, **kw)
     return True
 
 
@@ -129,12 +186,14 @@ def actor_weights(actor: torch.nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in actor.state_dict().items()}
 
 
-def _process_setup(threads: int) -> None:
+def process_setup(threads: int) -> None:
+    """Torch (and OpenMP) threads of an actor process."""
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
 
 
-def _make_env(env_cfg: dict):
+def make_actor_env(env_cfg: dict):
+    """An actor's env from an env config dict (dataclasses.asdict of an EnvConfig)."""
     import sim
     from sim.config import from_mapping
 
@@ -146,7 +205,8 @@ def _make_env(env_cfg: dict):
     return sim.make_from_config(cfg)
 
 
-def _make_policy(env, base_path: str | None, device: str, residual: dict) -> ResidualPolicy:
+def make_actor_policy(env, base_path: str | None, device: str, residual: dict) -> ResidualPolicy:
+    """A fresh residual policy on the base loaded from `base_path` (None: no base), checked against `env`."""
     from policies import load_policy
 
     base = load_policy(base_path, device=device) if base_path else None
@@ -155,24 +215,61 @@ def _make_policy(env, base_path: str | None, device: str, residual: dict) -> Res
     return ResidualPolicy.build(base, ResidualConfig.from_dict(residual), env=env, device=device)
 
 
-def _load_weights(policy: ResidualPolicy, weights: dict) -> None:
+def load_weights(policy: ResidualPolicy, weights: dict) -> None:
+    """Load actor_weights() output into a policy's residual actor."""
     policy.actor.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
 
 
-class EnvActor:
-    """One collection process: env + base + residual copy + Collector; sends `batch_steps` vector steps at a time.
+class BatchActor:
+    """What every actor kind shares: sequence-numbered batches, the last `retain` of them kept, and a cursor per
+    learner session: a session that attaches gets the retained batches first, oldest first, then fresh ones; its
+    dedup drops what it has. A subclass's `_collect()` returns a new batch's fields, or None when it has nothing
+    yet (a robot between episodes): the learner then gets a heartbeat, which keeps the actor from looking dead."""
 
-    Sent batches are kept (the last `retain` of them). Each learner session has its own cursor: a session that
-    attaches gets the retained batches first, oldest first, then fresh ones; its dedup drops what it has."""
+    def _init_batches(self, slot: int, start_seq: int, retain: int) -> None:
+        self.slot, self.seq = int(slot), int(start_seq)
+        self.outbox: collections.deque = collections.deque(maxlen=int(retain))
+        self.cursors: collections.OrderedDict = collections.OrderedDict()  # session -> next seq it gets
+
+    def collect(self, session: str) -> dict:
+        """The next batch for learner `session`: a retained one it has not had, else a new one (or a heartbeat)."""
+        oldest = self.outbox[0]["seq"] if self.outbox else self.seq
+        cur = max(self.cursors.pop(session, oldest), oldest)
+        batch = self.outbox[cur - oldest] if cur < self.seq else self._new_batch()
+        self.cursors[session] = cur if batch.get("heartbeat") else batch["seq"] + 1
+        while len(self.cursors) > 8:  # sessions of learners long gone
+            self.cursors.popitem(last=False)
+        return batch
+
+    def _new_batch(self) -> dict:
+        fields = self._collect()
+        if fields is None:
+            return {"slot": self.slot, "heartbeat": True, "pid": os.getpid()}
+        batch = {"slot": self.slot, "seq": self.seq, "pid": os.getpid(), **fields}
+        self.seq += 1
+        if self.outbox.maxlen:
+            self.outbox.append(batch)
+        return batch
+
+    def _collect(self) -> dict | None:
+        raise NotImplementedError
+
+
+class EnvActor(BatchActor):
+    """One collection process: env + base + residual copy + Collector (+ its own scripted human with
+    rl.interventions=scripted, budget per actor); sends `batch_steps` vector steps at a time."""
 
     def __init__(self, slot: int, env_cfg: dict, base_path: str | None, device: str, residual: dict, reward: dict,
-                 explore_std: float, batch_steps: int, seed: int, start_seq: int, retain: int, threads: int = 1):
+                 explore_std: float, batch_steps: int, seed: int, start_seq: int, retain: int, threads: int = 1,
+                 hil: dict | None = None):
         """reward: {"reward", "reward_model", "shaping", "gamma"} of the ResidualRLConfig (a learned reward model is
-        loaded here, so rewards and shaping are computed next to the env, as in single-process training)."""
-        _process_setup(threads)
-        self.slot, self.batch_steps, self.seq, self.version = int(slot), int(batch_steps), int(start_seq), -1
-        self.env = _make_env(env_cfg)
-        self.policy = _make_policy(self.env, base_path, device, residual)
+        loaded here, so rewards and shaping are computed next to the env, as in single-process training).
+        hil: the scripted human's settings (ScriptedHumanConfig fields), None without interventions."""
+        process_setup(threads)
+        self._init_batches(slot, start_seq, retain)
+        self.batch_steps, self.version = int(batch_steps), -1
+        self.env = make_actor_env(env_cfg)
+        self.policy = make_actor_policy(self.env, base_path, device, residual)
         learned = None
         if reward["reward_model"]:
             from robot_rl.reward.shaping import from_config
@@ -180,26 +277,20 @@ class EnvActor:
             learned = from_config(reward["reward_model"], reward["reward"], reward["shaping"], reward["gamma"],
                                   [self.env])
         n = self.env.num_envs
+        self.hil = None
+        if hil is not None:
+            from robot_rl.hil import InterventionController
+            from robot_rl.hil.scripted import ScriptedHuman, ScriptedHumanConfig
+
+            self.hil = InterventionController(n, ScriptedHuman(self.env, ScriptedHumanConfig(**hil)))
         self.local = Replay(self.batch_steps * n, n, self.policy.actor.obs_dim, self.env.action_dim)
         self.collector = Collector(self.env, self.policy, self.local, reward["reward"], explore_std, seed=seed + 1,
-                                   learned=learned)
+                                   learned=learned, hil=self.hil)
         self.collector.start(seed=seed)
-        self.outbox: collections.deque = collections.deque(maxlen=int(retain))
-        self.cursors: collections.OrderedDict = collections.OrderedDict()  # session -> next seq it gets
 
     def set_weights(self, weights: dict, version: int) -> None:
-        _load_weights(self.policy, weights)
+        load_weights(self.policy, weights)
         self.version = int(version)
-
-    def collect(self, session: str) -> dict:
-        """The next batch for learner `session`: a retained one it has not had, else `batch_steps` new steps."""
-        oldest = self.outbox[0]["seq"] if self.outbox else self.seq
-        cur = max(self.cursors.pop(session, oldest), oldest)
-        batch = self.outbox[cur - oldest] if cur < self.seq else self._collect()
-        self.cursors[session] = batch["seq"] + 1
-        while len(self.cursors) > 8:  # sessions of learners long gone
-            self.cursors.popitem(last=False)
-        return batch
 
     def _collect(self) -> dict:
         t = time.perf_counter()
@@ -208,13 +299,9 @@ class EnvActor:
             self.collector.step(explore=True)
         rows = {k: v[: self.batch_steps].copy() for k, v in self.local.data.items()}
         rows["truncated"][-1] |= ~rows["terminated"][-1]  # the cut: n-step walks stop at the batch's end
-        batch = {"slot": self.slot, "seq": self.seq, "weights_version": self.version, "rows": rows,
-                 "finished": self.collector.pop_finished(), "interventions": int(rows["intervention"].sum()),
-                 "collect_s": time.perf_counter() - t, "pid": os.getpid()}
-        self.seq += 1
-        if self.outbox.maxlen:
-            self.outbox.append(batch)
-        return batch
+        return {"weights_version": self.version, "rows": rows, "finished": self.collector.pop_finished(),
+                "hil_episodes": self.hil.pop_finished() if self.hil is not None else [],
+                "interventions": int(rows["intervention"].sum()), "collect_s": time.perf_counter() - t}
 
     def info(self) -> dict:
         return {"pid": os.getpid(), "slot": self.slot, "seq": self.seq, "version": self.version}
@@ -224,15 +311,15 @@ class EvalActor:
     """Evaluation in its own process: robot_rl.evaluation.evaluate_policy on weights sent by the learner."""
 
     def __init__(self, env_cfg: dict, base_path: str | None, device: str, residual: dict, threads: int = 1):
-        _process_setup(threads)
-        self.env = _make_env(env_cfg)
-        self.policy = _make_policy(self.env, base_path, device, residual)
+        process_setup(threads)
+        self.env = make_actor_env(env_cfg)
+        self.policy = make_actor_policy(self.env, base_path, device, residual)
 
     def evaluate(self, weights: dict, episodes: int, seed: int, videos: int = 0) -> dict:
         """Metrics of evaluate_policy; videos come back as bytes ({file name: mp4}) for the learner to write."""
         from robot_rl.evaluation import evaluate_policy
 
-        _load_weights(self.policy, weights)
+        load_weights(self.policy, weights)
         with tempfile.TemporaryDirectory() as d:
             m = evaluate_policy(self.env, self.policy, episodes, seed=seed, videos=videos,
                                 video_dir=d if videos else None)
@@ -248,7 +335,8 @@ def _last_line(err: BaseException) -> str:
 
 # ---- learner side --------------------------------------------------------------------------------------------
 class ActorPool:
-    """The env actors of one learner session: start or reattach, requests in flight, replacement of dead ones."""
+    """The actors of one learner session: start or reattach, requests in flight, replacement of dead ones.
+    Slots 0 .. actors-1 are env actors, the robot actors (distributed.robots, in order) follow."""
 
     def __init__(self, ws: "DistributedWorkspace"):
         import ray
@@ -267,8 +355,19 @@ class ActorPool:
     def name(self, slot: int) -> str:
         return f"{self.ws.actor_prefix}-{slot}"
 
+    def what(self, slot: int) -> str:
+        robot = self.ws.robot(slot)
+        return f"env actor {slot}" if robot is None else f"robot actor {robot.name} (slot {slot})"
+
     def start(self) -> None:
-        for slot in range(self.d.actors):
+        if self.d.robots:  # a robot actor can only run where its robot is: refuse a cluster without that node
+            have = self.ray.cluster_resources()
+            for r in self.d.robots:
+                if have.get(r.resource, 0) < 1:
+                    raise ActorFailure(
+                        f"robot actor {r.name}: no Ray node advertises the resource {r.resource}; on the robot's "
+                        f"computer run ray start --address=<learner host>:6379 --resources='{{\"{r.resource}\": 1}}'")
+        for slot in range(self.ws.slots):
             self.next_seq[slot] = self.ws.hwm.get(slot, -1) + 1
             handle = None
             if self.d.detached:
@@ -287,20 +386,33 @@ class ActorPool:
             try:
                 self.ray.get(h.info.remote(), timeout=self.d.actor_timeout_s)
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as e:
-                raise ActorFailure(f"env actor {slot} did not start: {_last_line(e)}") from None
+                raise ActorFailure(f"{self.what(slot)} did not start: {_last_line(e)}") from None
 
     def _create(self, slot: int) -> None:
         ws, d = self.ws, self.d
         seed = ws.cfg.seed + 100_003 * ws.starts  # every actor ever started in the run gets its own episodes
         ws.starts += 1
-        args = (slot, ws.env_cfg, ws.base_path, d.actor_device, dataclasses.asdict(ws.cfg.residual), ws.reward_args,
-                ws.cfg.explore_std, d.batch_steps, seed, self.next_seq[slot], d.retain_batches, d.actor_threads)
+        robot = ws.robot(slot)
         opts: dict[str, Any] = {"num_cpus": d.actor_cpus, "max_restarts": 0}
+        if robot is None:
+            cls = EnvActor
+            args = (slot, ws.env_cfg, ws.base_path, d.actor_device, dataclasses.asdict(ws.cfg.residual),
+                    ws.reward_args, ws.cfg.explore_std, d.batch_steps, seed, self.next_seq[slot], d.retain_batches,
+                    d.actor_threads, ws.cfg.hil if ws.cfg.interventions == "scripted" else None)
+        else:
+            # The deploy side provides the robot actor (real/ sits above robot_rl/rl; imported only for robots).
+            from real.robot_actor import RobotActor
+
+            cls = RobotActor
+            args = (slot, robot.name, ws.robot_deploy(robot), ws.env_cfg, ws.base_path, d.actor_device,
+                    dataclasses.asdict(ws.cfg.residual), ws.reward_args, ws.cfg.explore_std, d.batch_steps, seed,
+                    self.next_seq[slot], d.retain_batches, d.actor_threads)
+            opts["resources"] = {robot.resource: 1}  # placed on the robot's computer
         if d.detached:
             opts.update(name=self.name(slot), namespace=NAMESPACE, lifetime="detached")
         for attempt in range(20):
             try:
-                handle = self.ray.remote(EnvActor).options(**opts).remote(*args)
+                handle = self.ray.remote(cls).options(**opts).remote(*args)
                 break
             except ValueError:  # the name of a just-killed detached actor is released asynchronously
                 if attempt == 19:
@@ -346,9 +458,13 @@ class ActorPool:
                 if gen == self.gen[slot]:
                     dead[slot] = e
                 continue
+            except ray.exceptions.RayTaskError as e:  # the actor is alive but its collection raised: stop with it
+                raise ActorFailure(f"{self.what(slot)} raised: {_last_line(e)}") from None
             if gen != self.gen[slot]:
                 continue  # from a replaced actor: its slot's sequence numbers now belong to the replacement
             self.silent_s[slot] = 0.0
+            if b.get("heartbeat"):  # alive, nothing to send yet (a robot between episodes)
+                continue
             self.next_seq[slot] = max(self.next_seq[slot], b["seq"] + 1)
             if b["pid"] not in self.pids[slot]:
                 self.pids[slot].append(b["pid"])
@@ -363,9 +479,9 @@ class ActorPool:
     def _replace(self, slot: int, err: BaseException) -> None:
         self.restarts += 1
         if self.restarts > self.d.max_actor_restarts:
-            raise ActorFailure(f"env actor {slot} failed ({_last_line(err)}); {self.restarts} failures exceed "
+            raise ActorFailure(f"{self.what(slot)} failed ({_last_line(err)}); {self.restarts} failures exceed "
                                f"distributed.max_actor_restarts={self.d.max_actor_restarts}")
-        print(f"distributed: env actor {slot} failed ({type(err).__name__}); starting a replacement", flush=True)
+        print(f"distributed: {self.what(slot)} failed ({type(err).__name__}); starting a replacement", flush=True)
         self.pending = {r: sg for r, sg in self.pending.items() if sg[0] != slot}
         try:
             self.ray.kill(self.handles[slot], no_restart=True)
@@ -378,6 +494,10 @@ class ActorPool:
         self.pending.clear()
         if keep:
             return
+        # Robot actors first stop their deploy node between ticks (the robot holds its last command), then go.
+        stops = [h.shutdown.remote() for slot, h in self.handles.items() if self.ws.robot(slot) is not None]
+        if stops:
+            self.ray.wait(stops, num_returns=len(stops), timeout=30)
         for h in self.handles.values():
             try:
                 self.ray.kill(h, no_restart=True)
@@ -451,21 +571,51 @@ class Evaluator:
             pass
 
 
+class InterventionLedger:
+    """The learner's intervention bookkeeping when the humans (scripted, or teleop at a robot) are at the actors:
+    the per-episode stats they send, and the human share of all accepted steps. Read by ResidualWorkspace._log
+    like the single-process InterventionController (pop_finished, fraction)."""
+
+    def __init__(self):
+        self.finished: list = []  # robot_rl.hil.EpisodeInterventions of ended episodes, not logged yet
+        self.total_steps = 0
+        self.total_intervention_steps = 0
+
+    def pop_finished(self) -> list:
+        out, self.finished = self.finished, []
+        return out
+
+    @property
+    def fraction(self) -> float:
+        return self.total_intervention_steps / self.total_steps if self.total_steps else 0.0
+
+
 class DistributedWorkspace(ResidualWorkspace):
     """ResidualWorkspace whose transitions come from Ray actors; same learner, replay, checkpoints and logs.
 
     `env` (and `eval_env`) give the shapes and the env configs the actors build their own envs from; the learner
-    never steps them. `base_path`: the base's checkpoint directory, loaded inside every actor (None: no base)."""
+    never steps them. `base_path`: the base's checkpoint directory, loaded inside every actor (None: no base).
+    `deploy`: the deploy config mapping (configs/deploy) the robot actors' nodes start from (each robot's own
+    overrides on top); needed with distributed.robots only."""
 
     def __init__(self, run_dir, cfg: ResidualRLConfig, env, base, dist: DistributedConfig, base_path: str | None,
-                 demo_store=None, eval_env=None):
-        if dist.actors < 1:
-            raise ValueError(f"distributed.actors={dist.actors} must be >= 1 for distributed training")
+                 demo_store=None, eval_env=None, deploy: dict | None = None):
+        if dist.actors + len(dist.robots) < 1:
+            raise ValueError(f"distributed.actors={dist.actors} and no distributed.robots: distributed training "
+                             "needs at least one actor")
         if base is not None and not base_path:
             raise ValueError("distributed training loads the base inside every actor: pass base_path, the base's "
                              "checkpoint directory")
+        if dist.robots:
+            check_robot_config(cfg, base)
+            if not deploy:
+                raise ValueError("distributed.robots needs the deploy config (configs/deploy/*) its nodes start from")
+        self.dist = dist  # before the workspace is built: takes_interventions() reads it
+        self.deploy = dict(deploy or {})
         super().__init__(run_dir, cfg, env, base, demo_store=demo_store, eval_env=eval_env)
-        self.dist = dist
+        # Humans act at the actors (each env actor its own scripted human, robots through the node's teleop topic):
+        # the learner keeps only their bookkeeping.
+        self.hil = InterventionLedger() if self.takes_interventions() else None
         self.base_path = str(Path(base_path).resolve()) if base_path else None
         self.env_cfg = dataclasses.asdict(env.cfg)
         self.eval_env_cfg = dataclasses.asdict((eval_env if eval_env is not None else env).cfg)
@@ -482,6 +632,26 @@ class DistributedWorkspace(ResidualWorkspace):
         self.collect_s = 0.0  # actor time spent collecting the accepted batches (this session)
         self.pool: ActorPool | None = None
         self.stop_requested = False  # set (e.g. from `progress`) to end the run after the current batch
+
+    @property
+    def slots(self) -> int:
+        """Actor slots: env actors, then robot actors."""
+        return self.dist.actors + len(self.dist.robots)
+
+    def robot(self, slot: int) -> RobotConfig | None:
+        """The robot of a slot (None: an env actor's slot)."""
+        i = slot - self.dist.actors
+        return self.dist.robots[i] if 0 <= i < len(self.dist.robots) else None
+
+    def robot_deploy(self, robot: RobotConfig) -> dict:
+        """The deploy config mapping of one robot's node: `deploy` with the robot's overrides merged in."""
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(OmegaConf.merge(self.deploy, robot.deploy), resolve=True)
+
+    def takes_interventions(self) -> bool:
+        # a human at a robot can always take over through the teleop topic
+        return super().takes_interventions() or bool(self.dist.robots)
 
     # ---- checkpoints: the per-slot sequence marks and row tags ride along ------------------------------------
     def extra_state(self, tensors: dict) -> dict:
@@ -520,9 +690,17 @@ class DistributedWorkspace(ResidualWorkspace):
             if i == k - 1:  # the batch's end, or where the budget cut it
                 row["truncated"] = row["truncated"] | ~row["terminated"]
             self.replay.add(**row)
+            if self.hil is not None and self.demos is not None and row["intervention"].any():
+                # the human's transitions also go to the demo buffer, as route_interventions does single-process
+                add_transitions(self.demos, {f: v[row["intervention"]] for f, v in row.items()})
         self.env_steps += k * n
         self.collector.finished.extend(batch["finished"])  # ResidualWorkspace._log reports them
-        self.interventions += int(rows["intervention"][:k].sum())
+        human = int(rows["intervention"][:k].sum())
+        self.interventions += human
+        if self.hil is not None:
+            self.hil.finished.extend(batch.get("hil_episodes", []))
+            self.hil.total_steps += k * n
+            self.hil.total_intervention_steps += human
         self.batches_by_pid[int(batch["pid"])] += 1
         self.collect_s += float(batch["collect_s"]) * k / len(rows["obs"])
         return k * n
@@ -602,7 +780,7 @@ class DistributedWorkspace(ResidualWorkspace):
             log.plot(self.run_dir / "curves.png",
                      ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean",
                       "residual/abs_mean", "perf/updates_per_s", "perf/env_steps_per_s"],
-                     title=f"residual RL {self.env.cfg.task}, {d.actors} actors")
+                     title=f"residual RL {self.env.cfg.task}, {self.slots} actors")
             failed = False
         finally:
             if self.pool is not None:
@@ -617,11 +795,12 @@ class DistributedWorkspace(ResidualWorkspace):
         return {"final_eval": final, "env_steps": self.env_steps, "updates": self.learner.updates,
                 "episodes": self.episodes, "train_time_s": self.train_time, "eval_time_s": clock.paused_s,
                 "env_steps_this_session": self.env_steps - start_steps,
-                "distributed": {"actors": d.actors, "restarts": self.pool.restarts,
+                "distributed": {"actors": d.actors, "robots": [r.name for r in d.robots],
+                                "restarts": self.pool.restarts,
                                 # an actor's own rate while collecting, and the share of time the actors were
                                 # collecting rather than waiting for the learner
                                 "actor_steps_per_s": (self.env_steps - start_steps) / max(self.collect_s, 1e-9),
-                                "actor_busy": self.collect_s / max(d.actors * (self.train_time - train_start), 1e-9),
+                                "actor_busy": self.collect_s / max(self.slots * (self.train_time - train_start), 1e-9),
                                 "reattached": self.pool.reattached, "duplicates_dropped": self.duplicates,
                                 "lost_batches": self.lost, "interventions": self.interventions,
                                 "batch_steps": d.batch_steps, "address": d.address}}

@@ -187,11 +187,12 @@ class ResidualWorkspace:
         if demo_store is not None and cfg.demo_fraction > 0:
             self.demos = demo_replay(demo_store, base, self.policy.obs_keys,
                                      "success" if cfg.reward == "learned" else cfg.reward,
-                                     extra_capacity=cfg.intervention_capacity if self.hil is not None else 0)
+                                     extra_capacity=cfg.intervention_capacity if self.takes_interventions() else 0)
             if self.learned_reward is not None:
                 from robot_rl.reward.shaping import relabel_replay
 
-                relabel_replay(self.demos, self.learned_reward, self.policy.obs_keys, dict(env.obs_dims))
+                relabel_replay(self.demos, self.learned_reward, self.policy.obs_keys, dict(env.obs_dims),
+                               store=demo_store)  # frames / instructions of image / language reward models
         self.collector = Collector(env, self.policy, self.replay, cfg.reward, cfg.explore_std, seed=cfg.seed + 1,
                                    learned=self.learned_reward, hil=self.hil)
         self.env_steps = 0
@@ -237,6 +238,10 @@ class ResidualWorkspace:
         self.train_time, self.starts = float(train["train_time"]), int(train["starts"])
         self.load_extra_state(train, tensors)
         return True
+
+    def takes_interventions(self) -> bool:
+        """Human transitions may arrive (they go to the demo buffer too, which keeps room for them)."""
+        return self.cfg.interventions != "none"
 
     def extra_state(self, tensors: dict) -> dict:
         """Training state a subclass adds to its checkpoints (JSON values; arrays go into `tensors` through
