@@ -89,8 +89,10 @@ class EpisodeTap:
     recording_bag = False
     recording_episodes = True
 
-    def __init__(self, residual: NodeResidual):
-        self.residual = residual
+    def __init__(self, residual: NodeResidual, store=None):
+        """store: a real.recording.DeploymentRecorder that also gets every call (the node's recording path to an
+        episode store on the robot's computer), or None."""
+        self.residual, self.store = residual, store
         self.node = None  # attach(): the node whose state gives final observations
         self.episodes: queue.Queue = queue.Queue()
         self.active = False
@@ -102,16 +104,22 @@ class EpisodeTap:
         self.node = node
 
     def begin(self, seed: int = -1, **metadata) -> None:
+        if self.store is not None:
+            self.store.begin(seed, **metadata)
         self.residual.between_episodes()
         self._steps, self._version, self.active = [], self.residual.version, True
 
     def add(self, obs: dict, action, intervention: bool) -> None:
+        if self.store is not None:
+            self.store.add(obs, action, intervention)
         base = self.residual.take_base()  # None where the node ran no residual: the human's or a held step
         if self.active:
             self._steps.append(({k: np.asarray(v)[0].copy() for k, v in obs.items()},
                                 np.asarray(action, np.float32).copy(), bool(intervention), base))
 
     def end(self, success: bool, **metadata) -> None:
+        if self.store is not None and self.store.active:
+            self.store.end(success, **metadata)
         if not self.active:
             return
         self.active = False
@@ -139,6 +147,8 @@ class EpisodeTap:
         """Once per tick, after the command went out: remember the state of this tick (references only)."""
         if self.node is not None:
             self._tick_state = (self.node.q, self.node.qd, self.node.object_pose)
+        if self.store is not None:
+            self.store.flush()
 
     def close(self) -> None:
         self.end(False, partial=True)
@@ -203,7 +213,7 @@ class RobotActor(BatchActor):
 
     def __init__(self, slot: int, name: str, deploy: dict, env_cfg: dict, base_path: str | None, device: str,
                  residual: dict, reward: dict, explore_std: float, batch_steps: int, seed: int, start_seq: int,
-                 retain: int, threads: int = 1):
+                 retain: int, threads: int = 1, store: str | None = None):
         """deploy: the robot's deploy config mapping (configs/deploy + its overrides); env_cfg: the learner's env
         config (the task, its model and action space; num_envs sets the batch layout)."""
         from real.config import check_against_model, deploy_config
@@ -232,7 +242,16 @@ class RobotActor(BatchActor):
             raise ValueError(f"robot actor {name}: the reward model reads {unread}, which the base policy (and so "
                              "the node's recording) does not observe")
         self.residual = NodeResidual(self.policy, explore_std, seed)
-        self.tap = EpisodeTap(self.residual)
+        self.recorder = None  # the node's recording path to an episode store on this computer (store=...)
+        if store is not None:
+            from real.recording import DeploymentRecorder
+
+            self.recorder = DeploymentRecorder(
+                store=store, bag=None, bag_topics={}, task=self.env.cfg.task,
+                instruction=self.dcfg.instruction or self.env.instructions()[0],
+                obs_dims={k: (v,) for k, v in self.policy.spec.obs_dims.items()},
+                action_dim=self.policy.spec.action_dim, policy_name=f"{base_path} + residual (robot actor {name})")
+        self.tap = EpisodeTap(self.residual, self.recorder)
         inf = self.dcfg.inference
         self.worker = InferenceWorker(base_path, dataclasses.asdict(self.env.cfg), mode=inf.worker,
                                       torch_threads=inf.torch_threads, nice=inf.nice,
@@ -289,6 +308,9 @@ class RobotActor(BatchActor):
         self.thread.join(timeout=10)
         self.worker.close()
         self.transport.close()
+        if self.recorder is not None:
+            self.tap.end(False, partial=True)  # an episode in progress is kept, marked partial
+            self.recorder.close()
         return self.node_metrics
 
     # ---- batches ---------------------------------------------------------------------------------------------

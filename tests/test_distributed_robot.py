@@ -82,7 +82,7 @@ def test_robot_actor_trains_through_the_deploy_node_on_a_sim_driver_over_dds(rob
             shaping=1.0, explore_std=0.0, eval_every=0, final_eval=False, log_every=16, ckpt_every=100_000,
             residual=ResidualConfig(hidden=(16,), scale=0.5),
             learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=16, critic_warmup=2, policy_delay=1))
-        dist = DistributedConfig(actors=0, robots=[{"name": "arm1"}], batch_steps=BATCH_STEPS, weight_sync_every=2,
+        dist = DistributedConfig(actors=0, robots=[{"name": "arm1", "store": str(tmp_path / "arm1.zarr")}], batch_steps=BATCH_STEPS, weight_sync_every=2,
                                  actor_timeout_s=120)
         ws = DistributedWorkspace(tmp_path / "run", cfg, env, base, dist, base_path=base_path, deploy=deploy)
 
@@ -182,6 +182,13 @@ def test_robot_actor_trains_through_the_deploy_node_on_a_sim_driver_over_dds(rob
     assert initial.any() and not moved[initial].any()
     assert trained.any() and moved[trained].all()
     assert log.history["rollout/episodes"] and result["distributed"]["robots"] == ["arm1"]
+
+    # the node's recording path kept the robot's episodes in its store too (the data outlives the run)
+    from robot_rl.data import EpisodeStore
+
+    store = EpisodeStore.open(tmp_path / "arm1.zarr")
+    assert store.n_episodes >= probe["info"]["episodes"] >= 1
+    assert store.read("intervention").any()  # the operator's steps, flagged as in the replay
 
 
 def test_robot_actors_refuse_simulator_rewards_naming_the_reward_model_fix(tmp_path):

@@ -76,12 +76,16 @@ class RobotConfig:
 
     name: str
     deploy: dict = dataclasses.field(default_factory=dict)  # overrides of the `deploy` config for this robot
+    store: str | None = None  # episode store on the robot's computer that also records every episode (the deploy
+    # node's recording path, as robot-rl-deploy record.store=...): the robot's data outlives the run
 
     def __post_init__(self):
         if not (isinstance(self.name, str) and self.name and all(c.isalnum() or c in "_-" for c in self.name)):
             raise ValueError(f"distributed.robots: name={self.name!r} must be a non-empty word (letters, digits, _ -)")
         if not isinstance(self.deploy, dict):
             raise ValueError(f"distributed.robots[{self.name}].deploy must be a mapping of deploy overrides")
+        if self.store is not None and not (isinstance(self.store, str) and self.store):
+            raise ValueError(f"distributed.robots[{self.name}].store={self.store!r} must be a path or null")
 
     @property
     def resource(self) -> str:
@@ -406,7 +410,7 @@ class ActorPool:
             cls = RobotActor
             args = (slot, robot.name, ws.robot_deploy(robot), ws.env_cfg, ws.base_path, d.actor_device,
                     dataclasses.asdict(ws.cfg.residual), ws.reward_args, ws.cfg.explore_std, d.batch_steps, seed,
-                    self.next_seq[slot], d.retain_batches, d.actor_threads)
+                    self.next_seq[slot], d.retain_batches, d.actor_threads, robot.store)
             opts["resources"] = {robot.resource: 1}  # placed on the robot's computer
         if d.detached:
             opts.update(name=self.name(slot), namespace=NAMESPACE, lifetime="detached")
