@@ -159,7 +159,7 @@ def test_robot_actor_trains_through_the_deploy_node_on_a_sim_driver_over_dds(rob
     d = {k: v[:kept].reshape(kept * n, *v.shape[2:]) for k, v in ws.replay.data.items()}
     hit = model.success(unflatten(d["next_obs"]))
     phi, phi_next = model.progress(unflatten(d["obs"])), model.progress(unflatten(d["next_obs"]))
-    expected = hit + 1.0 * (cfg.learner.gamma * np.where(hit, 0.0, phi_next) - phi)
+    expected = hit + 1.0 * (cfg.learner.gamma * np.where(hit, 1.0, phi_next) - phi)
     assert np.allclose(d["reward"], expected, atol=1e-5)
     assert (d["terminated"] == hit).all() and 0 < hit.sum() < len(hit)
 

@@ -132,8 +132,10 @@ def test_potential_terms_telescope_over_an_episode():
     for T in (1, 5, 40):
         r, phi = rng.random(T), rng.random(T + 1)
         base = float(sum(gamma ** t * r[t] for t in range(T)))
-        # terminated: Phi(terminal) = 0, so the shaped return is the return minus lambda Phi(s_0)
-        assert _shaped_return(r, phi, gamma, lam, True) == pytest.approx(base - lam * phi[0], abs=1e-5)
+        # terminated (a success): Phi(terminal) = 1, so the shaped return is the return minus lambda Phi(s_0) plus
+        # lambda gamma^T, the same bonus for every success at time T
+        assert _shaped_return(r, phi, gamma, lam, True) == pytest.approx(base - lam * phi[0] + lam * gamma ** T,
+                                                                          abs=1e-5)
         # cut by a time limit: the last potential stays (a critic bootstraps the rest)
         assert _shaped_return(r, phi, gamma, lam, False) == pytest.approx(
             base + lam * (gamma ** T * phi[-1] - phi[0]), abs=1e-5)
@@ -144,9 +146,28 @@ def test_a_constant_potential_changes_no_return_ordering():
     gamma, lam, c = 0.99, 1.0, 0.7
     episodes = [(rng.random(T) * rng.random(), T) for T in rng.integers(3, 60, size=20)]  # distinct returns
     plain = [float(sum(gamma ** t * r[t] for t in range(T))) for r, T in episodes]
-    shaped = [_shaped_return(r, np.full(T + 1, c), gamma, lam, True) for r, T in episodes]
+    shaped = [_shaped_return(r, np.full(T + 1, c), gamma, lam, False) for r, T in episodes]
     assert np.argsort(plain, kind="stable").tolist() == np.argsort(shaped, kind="stable").tolist()
-    assert np.allclose(np.array(shaped), np.array(plain) - lam * c, atol=1e-5)  # one offset for every episode
+    offset = [lam * (gamma ** T * c - c) for _, T in episodes]  # cut episodes: lambda (gamma^T c - c)
+    assert np.allclose(np.array(shaped), np.array(plain) + offset, atol=1e-5)
+
+
+def test_shaping_keeps_the_ranking_of_policies_by_discounted_success():
+    """Terminations are successes (Phi(terminal) = 1): whatever Phi is, the shaped value of a start state is the
+    unshaped one with success reward 1 + lambda gamma, minus lambda Phi(s_0); policies that succeed sooner stay
+    ahead, and never succeeding stays last."""
+    rng = np.random.default_rng(3)
+    gamma, lam, T_max = 0.99, 1.0, 40
+    for _ in range(20):
+        phi = rng.random(T_max + 1)  # an arbitrary (even misleading) potential along a trajectory
+        successes = sorted(rng.choice(np.arange(1, T_max), size=4, replace=False))  # success at step T
+        returns = []
+        for T in successes:
+            r = np.zeros(T)
+            r[-1] = 1.0
+            returns.append(_shaped_return(r, phi[:T + 1], gamma, lam, True))
+        never = _shaped_return(np.zeros(T_max), phi, gamma, lam, False) - lam * gamma ** T_max * phi[-1]
+        assert all(a > b for a, b in zip(returns, returns[1:])) and returns[-1] > never
 
 
 def test_n_step_targets_of_shaped_rewards_telescope_to_the_end_potential():
@@ -168,7 +189,7 @@ def test_n_step_targets_of_shaped_rewards_telescope_to_the_end_potential():
     rows, envs = np.arange(T), np.zeros(T, int)
     a, b = plain.nstep(rows, envs, 3, gamma), shaped.nstep(rows, envs, 3, gamma)
     end = rows + b["steps"]  # the state each target bootstraps from (or the terminal state)
-    end_phi = np.where(b["discount"] > 0, phi[end], 0.0)
+    end_phi = np.where(b["discount"] > 0, phi[end], 1.0)  # a termination's potential is 1
     expected = lam * (gamma ** b["steps"] * end_phi - phi[rows])
     assert np.allclose(b["ret"] - a["ret"], expected, atol=1e-5)
 

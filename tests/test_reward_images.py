@@ -226,7 +226,7 @@ def test_collector_computes_the_learned_reward_from_frames_and_episode_instructi
     for t, (obs, final, text) in enumerate(seen):
         hit = model.success(final, text)
         hits += hit.sum()
-        expected = hit + lam * (gamma * np.where(hit, 0.0, model.progress(final, text)) - model.progress(obs, text))
+        expected = hit + lam * (gamma * np.where(hit, 1.0, model.progress(final, text)) - model.progress(obs, text))
         np.testing.assert_allclose(replay.data["reward"][t], expected, atol=1e-5)
         assert replay.data["terminated"][t].tolist() == hit.tolist()
     assert 0 < hits < 16  # both cases exercised
@@ -267,5 +267,5 @@ def test_demo_transitions_are_relabeled_from_the_stores_frames_and_instructions(
     hit = model.success({"images/front": frames[ns]}, step_words[s])
     phi, phi2 = model.progress({"images/front": frames[s]}, step_words[s]), model.progress(
         {"images/front": frames[ns]}, step_words[s])
-    np.testing.assert_allclose(demos.data["reward"][:n, 0], hit + 0.9 * np.where(hit, 0.0, phi2) - phi, atol=1e-5)
+    np.testing.assert_allclose(demos.data["reward"][:n, 0], hit + 0.9 * np.where(hit, 1.0, phi2) - phi, atol=1e-5)
     assert demos.data["terminated"][:n, 0].tolist() == hit.tolist() and 0 < hit.sum() < n

@@ -71,7 +71,7 @@ def test_collector_with_learned_reward_writes_classifier_success_plus_shaping(en
         hit = model.success(nxt)
         hits += hit.sum()
         phi, phi2 = model.progress(obs), model.progress(nxt)
-        expected = hit + lam * (gamma * np.where(hit, 0.0, phi2) - phi)
+        expected = hit + lam * (gamma * np.where(hit, 1.0, phi2) - phi)
         assert np.allclose(d["reward"][t], expected, atol=1e-5), t
         assert d["terminated"][t].tolist() == hit.tolist(), t
         assert d["truncated"][t].tolist() == (env_done[t] & ~hit).tolist(), t
@@ -92,7 +92,7 @@ def test_collector_with_env_success_and_shaping_keeps_env_terminations(env):
         phi = model.progress(_unflatten(d["obs"][t], keys, dims))
         phi2 = model.progress(_unflatten(d["next_obs"][t], keys, dims))
         # no success from a still arm in 14 steps: the reward is the potential term alone
-        assert np.allclose(d["reward"][t], 0.9 * np.where(d["terminated"][t], 0.0, phi2) - phi, atol=1e-5)
+        assert np.allclose(d["reward"][t], 0.9 * np.where(d["terminated"][t], 1.0, phi2) - phi, atol=1e-5)
     assert d["truncated"][:14].any() and not d["terminated"][:14].any()
 
 
@@ -144,7 +144,7 @@ def test_demo_transitions_are_relabeled_with_the_learned_reward(env):
     relabel_replay(demos, reward, keys, dims)
     obs, nxt = _unflatten(demos.data["obs"][:, 0], keys, dims), _unflatten(demos.data["next_obs"][:, 0], keys, dims)
     hit = model.success(nxt)
-    expected = hit + (0.9 * np.where(hit, 0.0, model.progress(nxt)) - model.progress(obs))
+    expected = hit + (0.9 * np.where(hit, 1.0, model.progress(nxt)) - model.progress(obs))
     assert np.allclose(demos.data["reward"][:, 0], expected, atol=1e-5)
     assert demos.data["terminated"][:, 0].tolist() == hit.tolist()
     ended = np.zeros(20, bool)
