@@ -228,7 +228,7 @@ def test_learned_reward_is_classifier_success_plus_shaping_and_moves_termination
     wrapper = LearnedReward(model, gamma=0.9, shaping=0.5)
     r, term, trunc = wrapper(obs, nxt, np.zeros(40, bool), env_term, env_trunc)
     phi, phi2 = model.progress(obs), model.progress(nxt)
-    expected = hit + 0.5 * (0.9 * np.where(hit, 0.0, phi2) - phi)
+    expected = hit + 0.5 * (0.9 * np.where(hit, 1.0, phi2) - phi)
     assert np.allclose(r, expected, atol=1e-6)
     assert term.tolist() == hit.tolist()  # the classifier ends the learner's episode
     assert trunc.tolist() == (env_trunc & ~hit).tolist()  # an env end without success is a cut
