@@ -1,6 +1,7 @@
 """The VLA network: a transformer trunk over camera, language and proprio tokens, and a flow-matching action head.
 
-    trunk tokens  [image tokens: obs_horizon x cameras x grid^2 | language: 1 | proprio: obs_horizon]
+    trunk tokens  [image tokens: obs_horizon x cameras x n_tokens (grid^2 cells or 1 keypoint token) | language: 1 |
+                  proprio: obs_horizon]
                   + learned position embeddings -> TransformerEncoder (pre-norm) -> memory [B, N, d_model]
     action head   noisy chunk x_t [B, pred_horizon, A] -> tokens (+ position + flow-time embedding)
                   -> TransformerDecoder cross-attending to the memory -> velocity [B, pred_horizon, A]
@@ -32,10 +33,11 @@ class VLANet(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.cfg, self.cameras, self.text = cfg, tuple(cameras), bool(text)
-        self.image_encoder = ImageEncoder(cfg.image_encoder, d)  # shared by all cameras and frames
+        # shared by all cameras and frames; FiLM-conditioned on the sentence embedding when image_encoder.film
+        self.image_encoder = ImageEncoder(cfg.image_encoder, d, TEXT_DIM if text else 0)
         self.proprio = nn.Sequential(nn.Linear(proprio_dim, d), nn.SiLU(), nn.Linear(d, d)) if proprio_dim else None
         self.language = nn.Linear(TEXT_DIM, d) if text else None
-        n_img = cfg.obs_horizon * len(self.cameras) * cfg.image_encoder.grid ** 2
+        n_img = cfg.obs_horizon * len(self.cameras) * self.image_encoder.n_tokens
         self.n_tokens = n_img + (1 if text else 0) + (cfg.obs_horizon if proprio_dim else 0)
         self.pos = nn.Parameter(torch.randn(1, self.n_tokens, d) * 0.02)
         layer = nn.TransformerEncoderLayer(d, cfg.heads, cfg.mlp_ratio * d, cfg.dropout, activation="gelu",
@@ -62,7 +64,8 @@ class VLANet(nn.Module):
             x = ImageEncoder.to_float(f.reshape(b * to, *f.shape[2:]))
             if augment:
                 x = random_shift(x, self.cfg.image_encoder.shift, generator)
-            tokens.append(self.image_encoder(x).reshape(b, -1, self.cfg.d_model))  # [B, To * grid^2, d]
+            cond = text.repeat_interleave(to, dim=0) if self.image_encoder.film is not None else None
+            tokens.append(self.image_encoder(x, cond).reshape(b, -1, self.cfg.d_model))  # [B, To * n_tokens, d]
         if self.language is not None:
             tokens.append(self.language(text)[:, None])
         if self.proprio is not None:
