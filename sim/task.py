@@ -122,6 +122,10 @@ class Task:
     default_instruction: str = ""
     visual_bodies: tuple[str, ...] = ()  # other bodies whose colours visual randomization jitters (markers)
     colored_geoms: tuple[str, ...] = ()  # geoms whose rgba `episode_colors` sets per episode
+    # observation columns ("key[i:j]") that describe the task's state, not the arm's: where the object is relative to
+    # the gripper and the goal, how open the gripper is. The reward model's labels compare failed states with
+    # successful ones in these columns (robot_rl/reward/train.py); () = every vector observation
+    progress_features: tuple[str, ...] = ()
 
     @property
     def object_bodies(self) -> tuple[str, ...]:

@@ -115,3 +115,44 @@ def test_collect_policy_records_rollouts_with_source_policy(tmp_path):
     assert json.loads(str(store.episode_attr("metadata")[0]))["policy"] == str(tmp_path / "policy")
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["source"] == "policy" and m["episodes"] == 3
+
+
+def test_failed_states_are_compared_in_the_tasks_progress_columns(stores, trained):
+    """auto (default): lift's progress_features (cube - ee, height to go, gripper width); selectors pick columns;
+    a selector past a key's size or of a missing key is refused naming both."""
+    from robot_rl.reward.model import RewardSpec
+    from robot_rl.reward.train import RewardDataError, load_episodes
+
+    run, _ = trained
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["failure_neighbor_features"] == ["object[7:11]", "proprio[14]"]
+    opened = [EpisodeStore.open(p) for p in stores]
+    try:
+        spec = RewardSpec(task="lift", obs_dims={"proprio": 20, "object": 11})
+        auto = load_episodes(opened, spec)
+        np.testing.assert_array_equal(auto.features, np.concatenate([auto.obs["object"][:, 7:11],
+                                                                     auto.obs["proprio"][:, 14:15]], axis=1))
+        every = load_episodes(opened, spec, None)
+        assert every.feature_keys == ("object", "proprio") and every.features.shape[1] == 31
+        with pytest.raises(RewardDataError, match=r"'object\[9:12\]' selects columns 9:12 of 'object', which has 11"):
+            load_episodes(opened, spec, ["object[9:12]"])
+        with pytest.raises(RewardDataError, match=r"\['lidar'\] are not vector observations.*'object', 'proprio'"):
+            load_episodes(opened, spec, ["lidar[0]"])
+        with pytest.raises(RewardDataError, match="is not a selector"):
+            load_episodes(opened, spec, ["object[7:"])
+    finally:
+        for s in opened:
+            s.close()
+
+
+@pytest.mark.parametrize("task", sorted(sim.TASKS))
+def test_every_tasks_progress_columns_fit_its_observations(task):
+    from robot_rl.reward.train import parse_selectors
+    from sim.tasks import TASKS
+
+    env = sim.make(task, num_envs=1)
+    try:
+        cols = parse_selectors(TASKS[task].progress_features, dict(env.obs_dims))
+    finally:
+        env.close()
+    assert cols and all(c.stop - c.start >= 1 for _, _, c in cols)

@@ -86,8 +86,9 @@ def _configs(cfg: DictConfig, images: bool):
     whole("torch_threads", cfg.torch_threads, 0)
     values["image_encoder"] = _image_encoder(cfg.get("image_encoder"))
     keys = values.get("failure_neighbor_keys")
-    if keys is not None and not (isinstance(keys, list) and all(isinstance(k, str) and k for k in keys)):
-        fail(f"failure_neighbor_keys={keys!r} must be a list of vector observation keys (e.g. [proprio]) or null")
+    if keys not in (None, "auto") and not (isinstance(keys, list) and all(isinstance(k, str) and k for k in keys)):
+        fail(f"failure_neighbor_keys={keys!r} must be auto, null (every vector key) or a list of selectors "
+             "(key, key[i] or key[i:j], e.g. [object[7:11],proprio[14]])")
     for k in ("lr", "weight_decay", "obs_noise", "min_tpr", "val_fraction", "test_fraction", "failure_distance_scale"):
         if not (isinstance(values[k], (int, float)) and not isinstance(values[k], bool)):
             fail(f"{k}={values[k]!r} must be a number")

@@ -6,20 +6,24 @@ made for robot recordings, where the outcome of an episode is all a human annota
 Progress target of step t of an episode of T steps:
     successful episode:  t / T     time within the episode; its (unstored) success state would be 1
     failed episode:      the mean target of the `k` most similar states of successful episodes (Euclidean
-                         distance of normalized observations), times exp(-distance_scale * (d / d_med)^2),
+                         distance of normalized observation columns: the task's progress_features, e.g. lift's
+                         cube - gripper, height to go and gripper width), times exp(-distance_scale * (d / d_med)^2),
                          d = their mean distance, d_med = its median over all failed states
 Why not time on failures: a later state of a failed episode is not closer to success (the robot may stall
 or undo), and t/T there would pay for both. Why not 0: failed episodes do make partial progress (reach,
 grasp), and a model pushed to 0 on them learns "which policy is acting" instead of "how far the task is"
 (lift, held-out Spearman of Phi with true progress: 0.10 with zero labels, 0.73 trained on successes
-alone, 0.81-0.85 with transferred labels). Transferring the label of the nearest successful states gives a
+alone, 0.81-0.85 with labels transferred over every observation column, 0.89 over the task's columns). Transferring the label of the nearest successful states gives a
 state the progress a successful execution has there, whatever time it is reached at: standing still keeps
 the label, undoing returns to an earlier state's label. The distance discount lowers states no successful
 episode comes near (arm raised without the cube, cube knocked away): the configurations failures end in,
 which a model trained on successes alone extrapolates to high progress. Phi is a function of the state
 only, so with potential-based shaping (shaping.py) stalling earns nothing and undoing pays back what was
-gained. Distances are taken between vector observations (robot_rl/reward/train.py: every vector key the
-stores hold, whatever the model reads; frames pooled to 8x8 when there are none). For a model that reads
+gained. Distances are taken between vector observations (robot_rl/reward/train.py: the task's progress_features
+by default, else every vector key the stores hold, whatever the model reads; frames pooled to 8x8 when there are
+none). Over every key, the 14 joint angles and velocities dominate the distance and say little about how far
+the task is; the labels themselves then correlate 0.82-0.84 with true progress on lift, 0.89-0.90 over the
+task's columns (quickstart data, 3 splits). For a model that reads
 the instruction, the nearest states come from successful episodes with the same instruction (`groups`):
 "progress" is toward the named goal, and a state that completes another goal (the other cube lifted) is
 not near success of this one, however close it is to that goal's successful states.

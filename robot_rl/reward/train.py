@@ -8,10 +8,13 @@ Reads top-down:
   2. targets from episode boundaries, outcomes and observations only (labels.py): t/T on successes and the
      distance-discounted target of the nearest successful states on failures for progress, last frames of
      successes vs everything else for the classifier; data without failed episodes stops here. The nearest
-     states are searched in the stores' vector observations (`Episodes.features`: every vector key the stores
-     hold, or `failure_neighbor_keys`), whatever the model reads: a robot records them too (proprio, an
-     object pose where one is estimated), and they place the robot and the objects directly. Stores
-     without vector observations fall back to the frames, average-pooled to 8x8 per camera (`frame_features`).
+     states are searched in the stores' vector observations (`Episodes.features`: by default the task's
+     `progress_features`, the columns that say where the object is relative to the gripper and the goal and how
+     open the gripper is; else every vector key; or `failure_neighbor_keys`), whatever the model reads: a robot
+     records them too (proprio, an object pose where one is estimated). Joint angles and velocities would
+     dominate a distance over every key while saying little about progress (lift's labels: Spearman 0.82-0.84
+     with ground truth over every key, 0.89-0.90 over the task's columns, 3 splits). Stores without vector
+     observations fall back to the frames, average-pooled to 8x8 per camera (`frame_features`).
      A model that reads the instruction takes a failed state's neighbours from successes of its instruction;
   3. fit each network with AdamW + cosine decay on minibatches of training states (BCE; the classifier's
      rare positives are up-weighted to balance the classes). Frames stay uint8 in memory and are indexed per
@@ -29,6 +32,7 @@ Reads top-down:
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from pathlib import Path
 from typing import Sequence
@@ -57,7 +61,7 @@ class RewardTrainConfig:
     lr: float = 1e-3
     weight_decay: float = 1e-4
     hidden: tuple[int, ...] = (256, 256)
-    failure_neighbors: int = 25  # successful states a failed state's progress target is averaged from
+    failure_neighbors: int = 50  # successful states a failed state's progress target is averaged from
     failure_distance_scale: float = 0.1  # discount of that target with distance (labels.py); 0: none
     obs_noise: float = 0.1  # std of Gaussian noise on normalized observations during training (0: none)
     positive_frames: int = 2  # last steps of a successful episode that are success-classifier positives
@@ -68,12 +72,17 @@ class RewardTrainConfig:
     log_every: int = 100
     seed: int = 0
     image_encoder: dict = dataclasses.field(default_factory=dict)  # model.IMAGE_ENCODER keys to change (cameras)
-    failure_neighbor_keys: tuple[str, ...] | None = None  # vector keys of the neighbour search; None: every one
+    # the neighbour search's columns: "auto" (the task's progress_features, else every vector key), None (every
+    # vector key) or selectors "key", "key[i]", "key[i:j]"
+    failure_neighbor_keys: tuple[str, ...] | str | None = "auto"
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
         self.image_encoder = image_encoder_options(self.image_encoder or {})
-        if self.failure_neighbor_keys is not None:
+        if self.failure_neighbor_keys is not None and self.failure_neighbor_keys != "auto":
+            if isinstance(self.failure_neighbor_keys, str):
+                raise ValueError(f"failure_neighbor_keys={self.failure_neighbor_keys!r} must be auto, null or a "
+                                 "list of selectors like [object, proprio[14]]")
             self.failure_neighbor_keys = tuple(str(k) for k in self.failure_neighbor_keys)
         checks = [
             ("steps", self.steps >= 1, ">= 1"), ("batch_size", self.batch_size >= 1, ">= 1"),
@@ -182,9 +191,43 @@ def frame_features(frames: dict[str, np.ndarray], size: int = 8, chunk: int = 20
     return np.concatenate(parts, axis=1).astype(np.float32)
 
 
-def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[str] | None = None) -> Episodes:
+SELECTOR = re.compile(r"^([A-Za-z_][\w/]*)(?:\[(\d+)(?::(\d+))?\])?$")
+
+
+def task_progress_features(task: str) -> tuple[str, ...]:
+    """The task's `progress_features` selectors (sim task registry), () for a task without them."""
+    from sim.tasks import TASKS
+
+    return tuple(getattr(TASKS.get(task), "progress_features", ()) or ())
+
+
+def parse_selectors(selectors: Sequence[str], available: dict[str, int]) -> list[tuple[str, str, slice]]:
+    """("key[i:j]" | "key[i]" | "key") -> (selector, key, column slice), checked against `available` (key -> dim);
+    RewardDataError naming the selector and the key's size."""
+    out = []
+    for sel in selectors:
+        m = SELECTOR.match(str(sel).strip())
+        if m is None:
+            raise RewardDataError(f"failure_neighbor_keys: {sel!r} is not a selector (key, key[i] or key[i:j], "
+                                  "e.g. object[7:11])")
+        key, a, b = m[1], m[2], m[3]
+        if key not in available:
+            raise RewardDataError(f"failure_neighbor_keys: {[key]} are not vector observations of every store (they "
+                                  f"hold {sorted(available)})")
+        dim = available[key]
+        lo = 0 if a is None else int(a)
+        hi = dim if a is None else (lo + 1 if b is None else int(b))
+        if not (0 <= lo < hi <= dim):
+            raise RewardDataError(f"failure_neighbor_keys: {sel!r} selects columns {lo}:{hi} of {key!r}, which has "
+                                  f"{dim}")
+        out.append((str(sel).strip(), key, slice(lo, hi)))
+    return out
+
+
+def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[str] | str | None = "auto") -> Episodes:
     """Concatenate the episodes of opened EpisodeStores, checked against `spec` (task, observation keys, cameras,
-    instructions), with the failed-state neighbour search's features (`neighbor_keys`: vector keys; None: every
+    instructions), with the failed-state neighbour search's features (`neighbor_keys`: selectors "key", "key[i]",
+    "key[i:j]" of vector observations; "auto": the task's progress_features, else every vector key; None: every
     vector key the stores hold; none at all: frame_features of the spec's cameras)."""
     for store in stores:
         if store.n_episodes == 0:
@@ -199,12 +242,14 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
             raise RewardDataError(f"the reward model reads {k} {want[0]}x{want[1]}, the stores hold "
                                   f"{shapes[k][0]}x{shapes[k][1]} frames")
     available = vector_keys(stores)
+    if isinstance(neighbor_keys, str) and neighbor_keys == "auto":
+        task_cols = task_progress_features(spec.task)
+        task_keys = {SELECTOR.match(s)[1] for s in task_cols}
+        neighbor_keys = list(task_cols) if task_cols and task_keys <= set(available) else None
     if neighbor_keys is None:
         neighbor_keys = list(available)
-    missing = [k for k in neighbor_keys if k not in available]
-    if missing:
-        raise RewardDataError(f"failure_neighbor_keys: {missing} are not vector observations of every store (they "
-                              f"hold {sorted(available)})")
+    columns = parse_selectors(neighbor_keys, available)
+    neighbor_keys = list(dict.fromkeys(key for _, key, _ in columns))
     if not neighbor_keys and not spec.image_shapes:
         raise RewardDataError("the stores hold no vector observations and the model reads no camera: there is "
                               "nothing to compare failed states with successful ones")
@@ -237,9 +282,9 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
     cat = lambda parts: None if any(p is None for p in parts) else np.concatenate(parts)  # noqa: E731
     obs = {k: np.concatenate(v) for k, v in obs.items()}
     side = {k: np.concatenate(v) for k, v in side.items()}
-    if neighbor_keys:
-        keys = tuple(sorted(neighbor_keys))
-        features = np.concatenate([obs[k] if k in obs else side[k] for k in keys], axis=1)
+    if columns:
+        keys = tuple(sel for sel, _, _ in columns)
+        features = np.concatenate([(obs[k] if k in obs else side[k])[:, cols] for _, k, cols in columns], axis=1)
     else:
         keys = tuple(f"{k}@8x8" for k in sorted(spec.image_shapes))
         features = frame_features({k: obs[k] for k in spec.image_shapes})

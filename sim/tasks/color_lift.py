@@ -76,6 +76,8 @@ def default_config() -> ColorLiftConfig:
 
 class ColorLiftTask(Task):
     name = "color_lift"
+    # per cube: cube - ee, height to go; gripper width (labels compare states of the same instruction)
+    progress_features = ("object[7:11]", "object[18:22]", "proprio[14]")
     config_cls = ColorLiftConfig
     target_dim = 4
     object_body = "cube_a"

@@ -34,6 +34,7 @@ def default_config() -> LiftConfig:
 
 class LiftTask(Task):
     name = "lift"
+    progress_features = ("object[7:11]", "proprio[14]")  # cube - ee, height to go; gripper width
     config_cls = LiftConfig
     target_dim = 3
 

@@ -69,6 +69,8 @@ def default_config() -> PegInsertConfig:
 
 class PegInsertTask(Task):
     name = "peg_insert"
+    # peg yaw and tilt, peg - hole, peg - ee; gripper width
+    progress_features = ("object[3:8]", "object[11:17]", "proprio[14]")
     config_cls = PegInsertConfig
     target_dim = 3
     object_body = "peg"

@@ -66,6 +66,7 @@ def default_config() -> PushConfig:
 
 class PushTask(Task):
     name = "push"
+    progress_features = ("object[7:12]",)  # goal xy - cube xy, cube - ee
     config_cls = PushConfig
     target_dim = 3  # goal x, goal y, initial cube-goal distance
     default_instruction = "push the cube onto the green target"
