@@ -6,7 +6,7 @@ The state-based policy of the default task (lift: proprio 20 + object 11, 2 obse
 actions, DDIM 10 steps) with the default config, or a trained checkpoint. Baseline in the same run: the
 same weights through the straightforward path, diffusers' `DDIMScheduler.step` and torch's conv1d, which
 is what our inlined DDIM update and matmul convolutions replace.
-Then the VLA (policies/vla/, default config, untrained weights: latency does not depend on them): one chunk at
+Then the VLA (policies/vla/, configs/bc/policy/vla.yaml, untrained weights: latency does not depend on them): one chunk at
 batch 1 from 2 cameras at 96x96 (2 frames each), an instruction (embedding cached, as instructions repeat)
 and lift's proprio + object; `vla_trunk_ms` is its one-off part (image encoder + trunk), the rest is the
 flow_steps head evaluations. Needs the vla extra (else its figures are null). Last line: JSON.
@@ -50,8 +50,21 @@ def naive_chunk(policy, obs):
     return policy.normalizer.unnormalize("action", x)[:, : policy.cfg.action_horizon]
 
 
+def _vla_yaml() -> dict:
+    """configs/bc/policy/vla.yaml as a dict (the configuration robot-rl-train-bc policy=vla trains)."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    import configs
+
+    node = OmegaConf.to_container(OmegaConf.load(Path(configs.__file__).parent / "bc" / "policy" / "vla.yaml"))
+    node.pop("kind", None)
+    return node
+
+
 def _vla(quick: bool, n: int) -> dict:
-    """VLA chunk latency at batch 1 (default config, 2 cameras 96x96, instruction, lift's vector observations)."""
+    """VLA chunk latency at batch 1 (configs/bc/policy/vla.yaml, 2 cameras 96x96, instruction, lift's vector observations)."""
     import torch
 
     from policies.vla.policy import VLAConfig, VLAPolicy, _encoder_args
@@ -60,7 +73,7 @@ def _vla(quick: bool, n: int) -> dict:
     dims = {"proprio": 20, "object": 11}
     stats = {f"obs/{k}": KeyStats(-np.ones(d), np.ones(d), np.zeros(d), np.ones(d), 1) for k, d in dims.items()}
     stats["action"] = KeyStats(-np.ones(4), np.ones(4), np.zeros(4), np.ones(4), 1)
-    cfg = VLAConfig()
+    cfg = VLAConfig.from_dict(_vla_yaml())
     shapes = {f"images/{c}": [96, 96, 3] for c in cfg.cameras}
     policy = VLAPolicy.from_stats(dict(task="lift", obs_dims=dims, action_dim=4, image_shapes=shapes), cfg, stats)
     rng = np.random.default_rng(0)
