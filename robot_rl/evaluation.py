@@ -59,6 +59,8 @@ def evaluate_policy(env, policy, episodes: int, seed: int = 0, videos: int = 0, 
         "mean_length": result["mean_length"],
         "seed": seed,
         "episode_ids": result["episode_ids"],
+        # outcome of each episode, in episode_ids' order: pairs the same scenes across runs (e.g. the instruction swap)
+        "episode_success": [bool(s) for s in result["successes"]],
         "task": env.cfg.task,
         "backend": env.cfg.backend,
         "num_envs": env.num_envs,

@@ -93,6 +93,7 @@ def test_eval_of_the_expert_reports_success_with_wilson_interval_seeds_and_video
     assert m["episodes"] == 4 and m["success_rate"] == 1.0 and m["seed"] == 7
     assert m["success_ci95"] == pytest.approx(list(wilson_interval(4, 4)))
     assert sorted(map(tuple, m["episode_ids"])) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len(m["episode_success"]) == 4 and sum(m["episode_success"]) == m["successes"]
     assert m["mean_length"] < 80 and len(read_mp4_frames(tmp_path / "videos/episode_0.mp4")) > 5
 
 
