@@ -180,6 +180,20 @@ def merged_stats(per_store: list[dict]) -> dict:
     return out
 
 
+def policy_obs_dims(env, policy_cfg) -> dict[str, int]:
+    """The vector observations the policy reads: the env's, or those policy.state_keys names (ValueError naming the
+    env's keys for one it lacks)."""
+    obs_dims = dict(env.obs_dims)
+    keys = getattr(policy_cfg, "state_keys", None)
+    if keys is None:
+        return obs_dims
+    unknown = [k for k in keys if k not in obs_dims]
+    if unknown:
+        raise ValueError(f"policy.state_keys: {unknown} are not observations of task {env.cfg.task!r} (it has "
+                         f"{sorted(obs_dims)})")
+    return {k: obs_dims[k] for k in keys}
+
+
 class BCWorkspace:
     def __init__(self, run_dir: Path, cfg: BCConfig, policy_cfg, env, store):
         from policies import policy_class
@@ -195,7 +209,7 @@ class BCWorkspace:
             init = load_init(cfg.init, env, policy_cfg.device, kind, check_env=evaluates)
             policy_cfg = dataclasses.replace(init.cfg, **runtime_fields(init.cfg, policy_cfg))
         self.resume_config = resume_config(cfg, policy_cfg, env.cfg.task)
-        obs_dims = dict(env.obs_dims)
+        obs_dims = policy_obs_dims(env, policy_cfg)
         image_keys = [f"obs/images/{c}" for c in getattr(policy_cfg, "cameras", ())]
         keys = [f"obs/{k}" for k in obs_dims] + ["action"]  # the normalized keys (statistics)
         # Correction windows: the human's flag of every action step, so the policy's own steps inside a window

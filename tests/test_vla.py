@@ -299,6 +299,26 @@ def test_film_keypoint_vla_trains_and_round_trips(env, store_path, tmp_path):
         np.testing.assert_allclose(policy.act(both), other.act(both), atol=1e-5)
 
 
+def test_state_keys_limit_the_vector_observations_the_vla_reads(env, store_path, tmp_path):
+    """policy.state_keys=[proprio]: no object poses; where the cubes are must come from the cameras."""
+    from robot_rl.train_bc import BCConfig, BCWorkspace, policy_obs_dims
+
+    cfg = dataclasses.replace(TINY, state_keys=("proprio",))
+    assert policy_obs_dims(env, cfg) == {"proprio": 20} and policy_obs_dims(env, TINY) == dict(env.obs_dims)
+    with pytest.raises(ValueError, match=r"\['lidar'\] are not observations of task 'lift' \(it has \['object', 'proprio'\]\)"):
+        policy_obs_dims(env, dataclasses.replace(TINY, state_keys=("proprio", "lidar")))
+    store = EpisodeStore.open(store_path)
+    ws = BCWorkspace(tmp_path / "bc", BCConfig(data=str(store_path), steps=2, batch_size=8, final_eval=False), cfg,
+                     env, store)
+    ws.train_step()
+    store.close()
+    policy = load_policy(ws.policy.save(tmp_path / "ckpt"))
+    assert policy.spec.obs_dims == {"proprio": 20} and policy.cfg.state_keys == ("proprio",)
+    obs = {k: v for k, v in _obs(2).items() if k != "object"}
+    out = policy.act({**obs, "instruction": np.array(["lift the red cube"] * 2, dtype=object)})
+    assert out.shape == (2, TINY.action_horizon, 4)
+
+
 def test_train_bc_policy_vla_end_to_end(store_path, tmp_path):
     run = tmp_path / "run"
     proc = run_cli("robot-rl-train-bc", f"data={store_path}", "steps=3", *TINY_CLI, f"hydra.run.dir={run}")

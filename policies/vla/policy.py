@@ -34,6 +34,9 @@ class VLAConfig:
 
     cameras: tuple[str, ...] = ("front", "wrist")  # camera observations it reads (images/<camera>); sizes from data
     instruction: bool = True  # condition on the episode's language instruction
+    # vector observation keys it reads (e.g. ["proprio"]: where objects are comes from the cameras); None = every
+    # vector key of the env (object poses included, where the sim or a pose estimator gives them)
+    state_keys: tuple[str, ...] | None = None
     obs_horizon: int = 2  # observations (frames and proprio) per call
     pred_horizon: int = 16  # actions predicted per call, from the current step on
     action_horizon: int = 8  # actions executed per call (open loop)
@@ -70,6 +73,8 @@ class VLAConfig:
             raise ValueError(f"policy.d_model={self.d_model} must be divisible by policy.heads={self.heads}")
         if len(set(self.cameras)) != len(self.cameras):
             raise ValueError(f"policy.cameras={list(self.cameras)} names a camera twice")
+        if self.state_keys is not None and not all(isinstance(k, str) and k for k in self.state_keys):
+            raise ValueError(f"policy.state_keys={list(self.state_keys)} must be observation key names, e.g. [proprio]")
         if not self.cameras and not self.instruction:
             raise ValueError("policy.cameras=[] and policy.instruction=false: a VLA needs vision or language "
                              "(train the diffusion policy for state-only control)")
