@@ -6,6 +6,7 @@
                                                 with spec.instruction, "instruction": str array [B];
                                                 returns the next H = spec.action_horizon actions, normalized [-1, 1]
     policy.spec                                 what it reads and emits (checked against the env)
+    policy.features(obs_history) -> [B, F]      optional (feature_dim > 0): its frozen encoding of the inputs
     policy.save(path) / load_policy(path)       safetensors weights + JSON config, no pickle
 
 `PolicyRunner` (policies/runner.py) turns this chunked interface into one action per env step.
@@ -148,6 +149,14 @@ class BasePolicy(abc.ABC):
     @abc.abstractmethod
     def act(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:
         """Action chunk [B, spec.action_horizon, spec.action_dim] (float32, in [-1, 1])."""
+
+    feature_dim: int = 0  # width of features(); 0: the policy offers none
+
+    def features(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:
+        """What the policy makes of its inputs, [B, feature_dim] float32 (same obs_history as act): the frozen
+        encoding a residual actor and its critics can read besides the state (residual.base_features), so
+        they see what only the cameras and the instruction tell (e.g. which cube is the named one)."""
+        raise NotImplementedError(f"{type(self).__name__} offers no features (feature_dim 0)")
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments (besides the spec) for save()."""

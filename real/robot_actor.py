@@ -44,6 +44,10 @@ class NodeResidual:
     the residual actor's output plus Gaussian exploration noise, as the sim Collector adds it."""
 
     def __init__(self, policy, explore_std: float, seed: int):
+        if policy.feature_dim:
+            raise ValueError("residual.base_features=true is not supported on robot actors yet (the node hands the "
+                             "residual the newest observation, not the base's frame / instruction history); train "
+                             "it in sim, or set rl.residual.base_features=false for robot actors")
         self.policy, self.keys = policy, policy.obs_keys
         self.scale = float(policy.actor.cfg.scale)
         self.noise = float(explore_std) * self.scale

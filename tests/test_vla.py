@@ -405,3 +405,76 @@ def test_residual_rl_feeds_a_vla_base_frames_and_instructions(trained, store_pat
     n = demos.written
     base, action = demos.data["base_action"][:n, 0], demos.data["action"][:n, 0]
     assert np.mean(np.sign(base.mean(-1)) == np.sign(action.mean(-1))) > 0.9
+
+
+def test_residual_with_base_features_reads_what_only_frames_and_instruction_tell(trained, env, store_path, tmp_path):
+    """residual.base_features: the residual's input is the state + the VLA's trunk memory, which follows the
+    instruction; collection, demo relabeling, act() and checkpoints all build the same input."""
+    from robot_rl.rl.replay import Replay, demo_replay
+    from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.rl.rollout import Collector
+
+    policy, _ = trained
+    state_dim = sum(policy.spec.obs_dims.values())
+    residual = ResidualPolicy.build(policy, ResidualConfig(base_features=True))
+    assert residual.feature_dim == policy.feature_dim == policy.net.n_tokens * TINY.d_model
+    assert residual.actor.obs_dim == state_dim + policy.feature_dim
+    obs = _obs(2)
+    red = policy.features({**obs, "instruction": np.array(["lift the red cube"] * 2, object)})
+    blue = policy.features({**obs, "instruction": np.array(["lift the blue cube"] * 2, object)})
+    assert red.shape == (2, policy.feature_dim) and np.abs(red - blue).max() > 1e-3  # same frames, other words
+
+    # the residual acts on those inputs, and a saved one loads and acts the same
+    torch.manual_seed(1)
+    torch.nn.init.normal_(residual.actor.net[-1].weight, std=0.5)
+    latest = {k: v[:, -1] for k, v in obs.items()}
+    text = ["lift the red cube", "lift the blue cube"]
+    loaded = load_policy(residual.save(tmp_path / "res"))
+    assert loaded.feature_dim == policy.feature_dim
+    acts = []
+    for p in (residual, loaded):
+        p.base.generator.manual_seed(7)  # the base's flow noise
+        acts.append(PolicyRunner(p, num_envs=2).act(latest, instruction=text))
+    np.testing.assert_allclose(acts[0], acts[1], atol=1e-5)
+    policy.generator.manual_seed(7)
+    base = PolicyRunner(policy, num_envs=2).act(latest, instruction=text)
+    assert np.abs(acts[0] - base).max() > 1e-2  # the residual moved it
+
+    # collection: a row's next_obs is the next row's obs where the episode goes on (features included), and a new
+    # episode's first obs holds the features of its own first frames and instruction
+    cam_env = sim.make("lift", num_envs=2, cameras=list(CAMERAS), image_size=[SIZE, SIZE],
+                       task_config={"episode_steps": 4})
+    try:
+        replay = Replay(32, 2, residual.actor.obs_dim, cam_env.action_dim)
+        collector = Collector(cam_env, residual, replay, "success", explore_std=0.0)
+        collector.start(3)
+        ends, restarted = [], False
+        for _ in range(6):
+            collector.step(explore=False)
+            p = replay.written - 1
+            ends.append(replay.data["terminated"][p] | replay.data["truncated"][p])
+            if ends[-1].all():  # both episodes began anew: their histories hold the first frames only
+                fresh = policy.features({**collector.history.data,
+                                         "instruction": np.array(cam_env.instruction, object)})
+                np.testing.assert_allclose(collector.obs[:, state_dim:], fresh, atol=1e-4)
+                restarted = True
+        assert restarted
+        d = replay.data
+        for t in range(5):
+            for e in range(2):
+                same = np.allclose(d["next_obs"][t, e], d["obs"][t + 1, e], atol=1e-5)
+                assert same != ends[t][e], (t, e)  # equal exactly where the episode went on
+    finally:
+        cam_env.close()
+
+    # demo transitions carry the features of their own windows
+    with EpisodeStore.open(store_path) as store:
+        demos = demo_replay(store, policy, residual.obs_keys, base_features=True)
+    assert demos.obs_dim == state_dim + policy.feature_dim
+
+    with pytest.raises(ValueError, match="base_features=false"):
+        ResidualPolicy.build(None, ResidualConfig(base_features=True), env=env)
+    from real.robot_actor import NodeResidual
+
+    with pytest.raises(ValueError, match="not supported on robot actors"):
+        NodeResidual(residual, explore_std=0.1, seed=0)

@@ -209,10 +209,7 @@ class VLAPolicy(BasePolicy):
     def predict_sequence(self, obs: dict) -> torch.Tensor:
         """Action sequence [B, pred_horizon, A] (unnormalized) with the EMA weights: trunk once, then
         `flow_steps` Euler steps of the head from Gaussian noise."""
-        images, proprio, text = self._inputs(obs)
-        args = _encoder_args(self.image_keys, images, proprio, text)
-        encode, velocity = self._inference_fns(args)
-        memory = encode(*(a for a in args if a is not None))
+        memory, velocity = self._memory(obs)
         b = memory.shape[0]
         x = torch.randn((b, self.cfg.pred_horizon, self.spec.action_dim), generator=self.generator, device=self.device)
         k = self.cfg.flow_steps
@@ -220,6 +217,25 @@ class VLAPolicy(BasePolicy):
             t = torch.full((b,), i / k, device=self.device)
             x = x + velocity(x, t, memory) / k
         return self.normalizer.unnormalize("action", x.clamp(-1.0, 1.0))
+
+    def _memory(self, obs: dict):
+        """(trunk memory [B, N, d_model] of the EMA network, its velocity function)."""
+        images, proprio, text = self._inputs(obs)
+        args = _encoder_args(self.image_keys, images, proprio, text)
+        encode, velocity = self._inference_fns(args)
+        return encode(*(a for a in args if a is not None)), velocity
+
+    @property
+    def feature_dim(self) -> int:
+        return self.net.n_tokens * self.cfg.d_model
+
+    @torch.inference_mode()
+    def features(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:
+        """The trunk memory, flattened: [B, n_tokens * d_model] (image keypoint / grid tokens, the instruction's
+        token and the proprio tokens after the trunk; 4 x 128 = 512 for configs/bc/policy/vla.yaml)."""
+        self._check(obs_history)
+        memory, _ = self._memory(obs_history)
+        return memory.reshape(memory.shape[0], -1).float().cpu().numpy()
 
     def _inference_fns(self, args: tuple):
         """(encode(*args) -> memory, velocity(x, t, memory)) of the EMA network; with cfg.jit frozen TorchScript

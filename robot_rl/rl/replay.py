@@ -137,14 +137,15 @@ def sample_mixed(online: Replay, demos: Replay | None, batch_size: int, demo_fra
 
 
 def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success", relabel_batch: int = 512,
-                extra_capacity: int = 0) -> Replay:
+                extra_capacity: int = 0, base_features: bool = False) -> Replay:
     """The episodes of an episode store as a one-column Replay, base actions relabeled with `base`.
 
     Rewards follow the training reward (`success`: 1.0 on steps that succeed, `env`: the stored reward).
     `extra_capacity` leaves room for transitions added later (human corrections, `add_transitions`); once it
     is used up they replace the oldest rows.
     An episode's last step ends it: terminated as stored, otherwise (its next observation is not stored)
-    the last step is dropped and the one before becomes a truncation that bootstraps from the last obs."""
+    the last step is dropped and the one before becomes a truncation that bootstraps from the last obs.
+    base_features: the obs rows also hold the base's features of each step (ResidualConfig.base_features)."""
     from robot_rl.data.sampler import SequenceSampler
 
     obs_horizon = base.spec.obs_horizon if base is not None else 1
@@ -173,6 +174,9 @@ def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success",
             return q
 
         base_action = np.concatenate([base.act(query(i))[:, 0] for i in range(0, m, relabel_batch)]).astype(np.float32)
+        if base_features:
+            obs = np.concatenate([obs, np.concatenate([base.features(query(i)) for i in range(0, m, relabel_batch)])],
+                                 axis=-1).astype(np.float32)
     if reward == "success":
         r = store.read("success").astype(np.float32)
     elif reward == "env":

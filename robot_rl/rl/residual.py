@@ -2,6 +2,11 @@
 
     executed action = clip(base + scale * tanh(f(obs, base)), -1, 1)
 
+obs is the state observation, flattened; with residual.base_features also the base's own encoding of what it
+reads (BasePolicy.features: for a VLA the trunk memory of frames + instruction + proprio). That lets the
+residual and its critics tell apart states the state vector cannot: on color_lift which of the two cubes the
+instruction names is only in the cameras and the words, and without it the critics average the two goals.
+
 The base emits action chunks that run open-loop from a per-env queue (as in PolicyRunner); the residual
 acts every control step on the current observation and the base action of that step. So the combined
 policy is a BasePolicy with action_horizon = 1 (it must see every observation) and the base's
@@ -38,6 +43,9 @@ class ResidualConfig:
     hidden: tuple[int, ...] = (256, 256)  # MLP widths; each layer Linear -> LayerNorm -> ReLU
     layer_norm: bool = True
     obs_clip: float = 5.0  # normalized observations are clipped to +-obs_clip (keeps rare states finite)
+    # also read the base's features (BasePolicy.features, e.g. a VLA's trunk memory), appended to the state: needed
+    # when the state does not say what the task is (color_lift: the instruction names one of two cubes)
+    base_features: bool = False
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
@@ -47,6 +55,7 @@ class ResidualConfig:
             raise ValueError(f"residual.hidden={list(self.hidden)} must be one or more widths >= 1")
         if not self.obs_clip > 0:
             raise ValueError(f"residual.obs_clip={self.obs_clip} must be > 0")
+        self.base_features = bool(self.base_features)
 
     @classmethod
     def from_dict(cls, d: dict) -> "ResidualConfig":
@@ -137,6 +146,18 @@ class BaseActionQueue:
         return self.chunk[ids, step].copy()
 
 
+def base_feature_dim(base: BasePolicy | None, cfg: ResidualConfig) -> int:
+    """Width of the base features the residual reads (0 without residual.base_features)."""
+    if not cfg.base_features:
+        return 0
+    dim = int(getattr(base, "feature_dim", 0) or 0) if base is not None else 0
+    if dim <= 0:
+        what = "no base" if base is None else f"a {type(base).__name__} base, which offers no features"
+        raise ValueError(f"residual.base_features=true reads the base policy's features, but there is {what}; use a "
+                         "base that has them (a VLA: policy kind vla) or set residual.base_features=false")
+    return dim
+
+
 class ResidualPolicy(BasePolicy):
     kind = "residual"
 
@@ -144,6 +165,10 @@ class ResidualPolicy(BasePolicy):
         self.base, self.actor, self.spec = base, actor.to(device).eval(), spec
         self.device = torch.device(device)
         self.obs_keys = tuple(sorted(spec.obs_dims))
+        self.feature_dim = base_feature_dim(base, actor.cfg)
+        if actor.obs_dim != sum(spec.obs_dims.values()) + self.feature_dim:
+            raise SpecMismatch(f"residual actor reads {actor.obs_dim} inputs; the spec's observations and base "
+                               f"features make {sum(spec.obs_dims.values())} + {self.feature_dim}")
         self.queue: BaseActionQueue | None = None  # sized by the first act() call's batch
 
     @classmethod
@@ -157,8 +182,25 @@ class ResidualPolicy(BasePolicy):
                               control_hz=env.cfg.control_hz)
         else:
             raise ValueError("a residual policy without a base needs the env to take its spec from")
-        obs_dim = sum(spec.obs_dims.values())
+        obs_dim = sum(spec.obs_dims.values()) + base_feature_dim(base, cfg)
         return cls(base, ResidualActor(obs_dim, spec.action_dim, cfg), spec, device)
+
+    # ---- inputs -------------------------------------------------------------------------------------
+    def base_features(self, history: dict[str, np.ndarray]) -> np.ndarray | None:
+        """The base's features [B, feature_dim] of obs histories (as the base reads them: frames, instruction);
+        None without residual.base_features."""
+        return self.base.features(history) if self.feature_dim else None
+
+    def inputs(self, obs: dict[str, np.ndarray], features: np.ndarray | None = None) -> np.ndarray:
+        """The residual's (and critics') input [B, obs_dim]: the state keys of `obs` ({key: [B, dim]}) flattened,
+        then the base features (base_features() of the same step) when the residual reads them."""
+        x = flatten_obs(obs, self.obs_keys)
+        if not self.feature_dim:
+            return x
+        if features is None:
+            raise ValueError("this residual reads the base's features (residual.base_features): pass "
+                             "features=policy.base_features(obs_history)")
+        return np.concatenate([x, np.asarray(features, np.float32)], axis=-1)
 
     # ---- acting -------------------------------------------------------------------------------------
     def reset(self, env_ids=None) -> None:
@@ -180,7 +222,7 @@ class ResidualPolicy(BasePolicy):
             self.queue = BaseActionQueue(self.base, n, self.spec.action_dim)
             self.queue.reset()
         base = self.queue.next(obs_history)
-        obs = flatten_obs({k: obs_history[k][:, -1] for k in self.obs_keys}, self.obs_keys)
+        obs = self.inputs({k: obs_history[k][:, -1] for k in self.obs_keys}, self.base_features(obs_history))
         action = np.clip(base + self.residual(obs, base), -1.0, 1.0)
         return action.astype(np.float32)[:, None, :]
 
@@ -214,7 +256,7 @@ class ResidualPolicy(BasePolicy):
             base_tensors = {k[5:]: v for k, v in tensors.items() if k.startswith("base.")}
             base = policy_class(b["kind"]).from_checkpoint(base_tensors, b["config"], PolicySpec.from_dict(b["spec"]),
                                                            device)
-        obs_dim = sum(spec.obs_dims.values())
+        obs_dim = sum(spec.obs_dims.values()) + base_feature_dim(base, cfg)
         actor = ResidualActor(obs_dim, spec.action_dim, cfg)
         try:
             actor.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("actor.")})

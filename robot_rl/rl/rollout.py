@@ -13,7 +13,8 @@ Per vector step:
     critic bootstraps from; not computed for envs that terminated unless the learner bootstraps there anyway
     (reward=learned: an env end without classifier success is a cut)
     replay row: obs, base action, executed action, reward, final_obs, next base action, terminated,
-    truncated, intervention
+    truncated, intervention (obs and final_obs as the residual reads them: state, + base features with
+    residual.base_features)
     envs that ended start over: history refilled from the new first observation, queue emptied
 A base that reads cameras gets uint8 frame histories; one that reads an instruction gets each env's episode
 instruction (env.instruction; the ended episode's for its final_obs, the new one's after the reset). A reward
@@ -27,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.rl.replay import Replay
-from robot_rl.rl.residual import BaseActionQueue, ResidualPolicy, flatten_obs
+from robot_rl.rl.residual import BaseActionQueue, ResidualPolicy
 
 REWARDS = ("success", "env", "learned")
 
@@ -103,7 +104,7 @@ class Collector:
         self.history.push(obs)
         self.instruction = self._instructions()
         self.base = self.queue.next(self._base_input())
-        self.obs = flatten_obs(obs, self.keys)
+        self.obs = self.policy.inputs(obs, self.policy.base_features(self._base_input()))
         self.obs_dict = obs
         self.ever_success[:] = False
 
@@ -132,12 +133,13 @@ class Collector:
         if human.any():  # the base's chunk went stale while the human drove: replan from here at hand-back
             self.queue.reset(np.nonzero(human)[0])
         next_base = np.zeros_like(self.base)
+        features = self.policy.base_features(self._base_input())  # at final_obs, the ended episodes' instructions
         # the base action at final_obs: where the env goes on (next step's base), or where the learner bootstraps
         boot = np.nonzero(~term | l_trunc)[0]
         if len(boot):
             next_base[boot] = self.queue.next(self._base_input(), boot)  # the ended episodes' own instructions
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
-                        next_obs=flatten_obs(final, self.keys), next_base_action=next_base, terminated=l_term,
+                        next_obs=self.policy.inputs(final, features), next_base_action=next_base, terminated=l_term,
                         truncated=l_trunc, intervention=intervention)
         if self.hil is not None:
             self.hil.end_episodes(done)
@@ -154,7 +156,10 @@ class Collector:
             self.history.push(obs, ids)
             self.instruction = self._instructions()
             next_base[ids] = self.queue.next(self._base_input(), ids)
-        self.obs = flatten_obs(obs, self.keys)
+            if features is not None:  # the new episodes' first observations
+                features = features.copy()
+                features[ids] = self.policy.base_features({k: v[ids] for k, v in self._base_input().items()})
+        self.obs = self.policy.inputs(obs, features)
         self.obs_dict = obs
         self.base = next_base
 

@@ -187,7 +187,8 @@ class ResidualWorkspace:
         if demo_store is not None and cfg.demo_fraction > 0:
             self.demos = demo_replay(demo_store, base, self.policy.obs_keys,
                                      "success" if cfg.reward == "learned" else cfg.reward,
-                                     extra_capacity=cfg.intervention_capacity if self.takes_interventions() else 0)
+                                     extra_capacity=cfg.intervention_capacity if self.takes_interventions() else 0,
+                                     base_features=bool(self.policy.feature_dim))
             if self.learned_reward is not None:
                 from robot_rl.reward.shaping import relabel_replay
 
