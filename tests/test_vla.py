@@ -474,6 +474,11 @@ def test_residual_with_base_features_reads_what_only_frames_and_instruction_tell
 
     with pytest.raises(ValueError, match="base_features=false"):
         ResidualPolicy.build(None, ResidualConfig(base_features=True), env=env)
+    auto = ResidualPolicy.build(policy, ResidualConfig(base_features="auto"))  # the configs' default
+    assert auto.feature_dim == policy.feature_dim and auto.actor.cfg.base_features is True
+    assert ResidualPolicy.build(None, ResidualConfig(base_features="auto"), env=env).feature_dim == 0
+    with pytest.raises(ValueError, match="true, false or auto"):
+        ResidualConfig(base_features="yes")
     from real.robot_actor import NodeResidual
 
     with pytest.raises(ValueError, match="not supported on robot actors"):

@@ -44,8 +44,9 @@ class ResidualConfig:
     layer_norm: bool = True
     obs_clip: float = 5.0  # normalized observations are clipped to +-obs_clip (keeps rare states finite)
     # also read the base's features (BasePolicy.features, e.g. a VLA's trunk memory), appended to the state: needed
-    # when the state does not say what the task is (color_lift: the instruction names one of two cubes)
-    base_features: bool = False
+    # when the state does not say what the task is (color_lift: the instruction names one of two cubes). "auto":
+    # when the base offers features; build() stores the resolved true / false (checkpoints without it: false)
+    base_features: bool | str = False
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
@@ -55,7 +56,8 @@ class ResidualConfig:
             raise ValueError(f"residual.hidden={list(self.hidden)} must be one or more widths >= 1")
         if not self.obs_clip > 0:
             raise ValueError(f"residual.obs_clip={self.obs_clip} must be > 0")
-        self.base_features = bool(self.base_features)
+        if self.base_features not in (True, False, "auto"):
+            raise ValueError(f"residual.base_features={self.base_features!r} must be true, false or auto")
 
     @classmethod
     def from_dict(cls, d: dict) -> "ResidualConfig":
@@ -148,9 +150,11 @@ class BaseActionQueue:
 
 def base_feature_dim(base: BasePolicy | None, cfg: ResidualConfig) -> int:
     """Width of the base features the residual reads (0 without residual.base_features)."""
+    dim = int(getattr(base, "feature_dim", 0) or 0) if base is not None else 0
+    if cfg.base_features == "auto":
+        return dim
     if not cfg.base_features:
         return 0
-    dim = int(getattr(base, "feature_dim", 0) or 0) if base is not None else 0
     if dim <= 0:
         what = "no base" if base is None else f"a {type(base).__name__} base, which offers no features"
         raise ValueError(f"residual.base_features=true reads the base policy's features, but there is {what}; use a "
@@ -182,7 +186,9 @@ class ResidualPolicy(BasePolicy):
                               control_hz=env.cfg.control_hz)
         else:
             raise ValueError("a residual policy without a base needs the env to take its spec from")
-        obs_dim = sum(spec.obs_dims.values()) + base_feature_dim(base, cfg)
+        feature_dim = base_feature_dim(base, cfg)
+        cfg = dataclasses.replace(cfg, base_features=feature_dim > 0)  # "auto" resolved, as checkpoints store it
+        obs_dim = sum(spec.obs_dims.values()) + feature_dim
         return cls(base, ResidualActor(obs_dim, spec.action_dim, cfg), spec, device)
 
     # ---- inputs -------------------------------------------------------------------------------------
