@@ -158,6 +158,11 @@ class BasePolicy(abc.ABC):
         they see what only the cameras and the instruction tell (e.g. which cube is the named one)."""
         raise NotImplementedError(f"{type(self).__name__} offers no features (feature_dim 0)")
 
+    def act_and_features(self, obs_history: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(act(obs_history), features(obs_history)); a policy whose features are a step of act() overrides this
+        to compute them once."""
+        return self.act(obs_history), self.features(obs_history)
+
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments (besides the spec) for save()."""
         return {}

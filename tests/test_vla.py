@@ -467,10 +467,23 @@ def test_residual_with_base_features_reads_what_only_frames_and_instruction_tell
     finally:
         cam_env.close()
 
-    # demo transitions carry the features of their own windows
+    # act_and_features: one encoder pass, the same chunk and features as act() and features()
+    hist = {**obs, "instruction": np.array(text, object)}
+    policy.generator.manual_seed(3)
+    chunk, feats = policy.act_and_features(hist)
+    policy.generator.manual_seed(3)
+    np.testing.assert_allclose(chunk, policy.act(hist), atol=1e-6)
+    np.testing.assert_allclose(feats, policy.features(hist), atol=1e-6)
+
+    # demo transitions carry the features of their own windows (an episode's first window: its first step repeated)
     with EpisodeStore.open(store_path) as store:
         demos = demo_replay(store, policy, residual.obs_keys, base_features=True)
-    assert demos.obs_dim == state_dim + policy.feature_dim
+        assert demos.obs_dim == state_dim + policy.feature_dim
+        s0 = int(demos.demo_steps[0, 0])
+        first = {k: store.read(f"obs/{k}", s0, s0 + 1).repeat(policy.spec.obs_horizon, axis=0)[None]
+                 for k in [*policy.spec.obs_dims, *policy.spec.image_shapes]}
+        first["instruction"] = np.array([str(store.episode_attr("instruction")[0])], object)
+    np.testing.assert_allclose(demos.data["obs"][0, 0, state_dim:], policy.features(first)[0], atol=1e-4)
 
     with pytest.raises(ValueError, match="base_features=false"):
         ResidualPolicy.build(None, ResidualConfig(base_features=True), env=env)

@@ -209,7 +209,10 @@ class VLAPolicy(BasePolicy):
     def predict_sequence(self, obs: dict) -> torch.Tensor:
         """Action sequence [B, pred_horizon, A] (unnormalized) with the EMA weights: trunk once, then
         `flow_steps` Euler steps of the head from Gaussian noise."""
-        memory, velocity = self._memory(obs)
+        return self._sample(*self._memory(obs))
+
+    def _sample(self, memory: torch.Tensor, velocity) -> torch.Tensor:
+        """Unnormalized action sequence [B, pred_horizon, A] from the trunk memory."""
         b = memory.shape[0]
         x = torch.randn((b, self.cfg.pred_horizon, self.spec.action_dim), generator=self.generator, device=self.device)
         k = self.cfg.flow_steps
@@ -236,6 +239,14 @@ class VLAPolicy(BasePolicy):
         self._check(obs_history)
         memory, _ = self._memory(obs_history)
         return memory.reshape(memory.shape[0], -1).float().cpu().numpy()
+
+    @torch.inference_mode()
+    def act_and_features(self, obs_history: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """act() and features() from one pass of the image encoder and trunk."""
+        self._check(obs_history)
+        memory, velocity = self._memory(obs_history)
+        chunk = self._sample(memory, velocity)[:, : self.cfg.action_horizon].clamp(-1.0, 1.0)
+        return chunk.cpu().numpy().astype(np.float32), memory.reshape(memory.shape[0], -1).float().cpu().numpy()
 
     def _inference_fns(self, args: tuple):
         """(encode(*args) -> memory, velocity(x, t, memory)) of the EMA network; with cfg.jit frozen TorchScript

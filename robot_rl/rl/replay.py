@@ -173,10 +173,13 @@ def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success",
                 q["instruction"] = text[i: i + relabel_batch]
             return q
 
-        base_action = np.concatenate([base.act(query(i))[:, 0] for i in range(0, m, relabel_batch)]).astype(np.float32)
-        if base_features:
-            obs = np.concatenate([obs, np.concatenate([base.features(query(i)) for i in range(0, m, relabel_batch)])],
-                                 axis=-1).astype(np.float32)
+        batches = range(0, m, relabel_batch)
+        if base_features:  # one encoder pass gives both
+            pairs = [base.act_and_features(query(i)) for i in batches]
+            base_action = np.concatenate([a[:, 0] for a, _ in pairs]).astype(np.float32)
+            obs = np.concatenate([obs, np.concatenate([f for _, f in pairs])], axis=-1).astype(np.float32)
+        else:
+            base_action = np.concatenate([base.act(query(i))[:, 0] for i in batches]).astype(np.float32)
     if reward == "success":
         r = store.read("success").astype(np.float32)
     elif reward == "env":

@@ -150,7 +150,7 @@ class BaseActionQueue:
 
 def base_feature_dim(base: BasePolicy | None, cfg: ResidualConfig) -> int:
     """Width of the base features the residual reads (0 without residual.base_features)."""
-    dim = int(getattr(base, "feature_dim", 0) or 0) if base is not None else 0
+    dim = base.feature_dim if base is not None else 0
     if cfg.base_features == "auto":
         return dim
     if not cfg.base_features:
