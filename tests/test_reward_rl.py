@@ -73,6 +73,7 @@ def test_collector_with_learned_reward_writes_classifier_success_plus_shaping(en
         phi, phi2 = model.progress(obs), model.progress(nxt)
         expected = hit + lam * (gamma * np.where(hit, 1.0, phi2) - phi)
         assert np.allclose(d["reward"][t], expected, atol=1e-5), t
+        assert np.allclose(d["potential"][t], phi, atol=1e-6), t  # Phi(s): the learner's TD-target clip reads it
         assert d["terminated"][t].tolist() == hit.tolist(), t
         assert d["truncated"][t].tolist() == (env_done[t] & ~hit).tolist(), t
     assert 0 < hits < 90  # both cases were exercised
@@ -111,8 +112,8 @@ def test_rl_config_validates_reward_fields_and_widens_the_target_clip():
     with pytest.raises(ValueError, match="shaping=-1"):
         ResidualRLConfig(reward="learned", reward_model="x", shaping=-1)
     cfg = ResidualRLConfig.from_dict({"reward": "learned", "reward_model": "x", "shaping": 0.5})
-    assert cfg.learner.reward_bounds == (-0.5, 1.5)
-    assert ResidualRLConfig(reward="learned", reward_model="x", shaping=0.0).learner.reward_bounds == (0.0, 1.0)
+    assert cfg.learner.reward_bounds == (0.0, 1.0) and cfg.learner.potential_bound == 0.5
+    assert ResidualRLConfig(reward="learned", reward_model="x", shaping=0.0).learner.potential_bound == 0.0
 
 
 def test_workspace_refuses_a_reward_model_of_another_task(tmp_path):
@@ -146,6 +147,7 @@ def test_demo_transitions_are_relabeled_with_the_learned_reward(env):
     hit = model.success(nxt)
     expected = hit + (0.9 * np.where(hit, 1.0, model.progress(nxt)) - model.progress(obs))
     assert np.allclose(demos.data["reward"][:, 0], expected, atol=1e-5)
+    assert np.allclose(demos.data["potential"][:, 0], model.progress(obs), atol=1e-6)
     assert demos.data["terminated"][:, 0].tolist() == hit.tolist()
     ended = np.zeros(20, bool)
     ended[[9, 19]] = True

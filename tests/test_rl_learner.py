@@ -67,12 +67,17 @@ def test_terminal_targets_are_the_return_alone():
     torch.testing.assert_close(q.detach(), torch.full_like(q, 0.7), atol=0.05, rtol=0)
 
 
-@pytest.mark.parametrize("bounds, expected", [((0.0, 1.0), 0.0), (None, -0.97 * 5.0)])
-def test_td_targets_are_clipped_to_the_returns_the_reward_range_allows(bounds, expected):
-    learner = _learner(critic_warmup=10_000, critic_lr=1e-2, tau=1e-6, reward_bounds=bounds)
+@pytest.mark.parametrize("bounds, lam, phi, expected", [
+    ((0.0, 1.0), 0.0, None, 0.0),
+    ((0.0, 1.0), 0.3, None, -0.3),        # shaping moves a return by at most lambda, not lambda / (1 - gamma)
+    ((0.0, 1.0), 0.3, np.nan, -0.3),      # a row whose Phi(s) is unknown: the bound for any Phi
+    ((0.0, 1.0), 0.3, 0.5, -0.15),        # Phi(s) known: unshaped values >= 0 are shaped ones >= -lambda Phi(s)
+    (None, 0.0, None, -0.97 * 5.0)])
+def test_td_targets_are_clipped_to_the_returns_the_reward_range_allows(bounds, lam, phi, expected):
+    learner = _learner(critic_warmup=10_000, critic_lr=1e-2, tau=1e-6, reward_bounds=bounds, potential_bound=lam)
     with torch.no_grad():  # a target critic that is far too pessimistic, held fixed by the tiny tau
         learner.critic_target.biases[-1].fill_(-5.0)
-    batch = _batch(b=64, ret=np.zeros(64))
+    batch = _batch(b=64, ret=np.zeros(64), **({} if phi is None else {"potential": np.full(64, phi)}))
     for _ in range(300):
         learner.update(batch)
     q = learner.critic(torch.cat([learner.actor.normalize(torch.as_tensor(batch["obs"])),

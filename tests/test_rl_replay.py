@@ -89,6 +89,22 @@ def test_replay_state_round_trip_restores_samples():
         np.testing.assert_array_equal(a[k], b[k])
 
 
+def test_potential_is_the_first_steps_and_nan_where_unknown_or_saved_before_it_existed():
+    replay = Replay(capacity=8, num_envs=1, obs_dim=1, action_dim=1)
+    z = np.zeros((1, 1), np.float32)
+    for t in range(4):
+        extra = {"potential": np.array([t / 10], np.float32)} if t < 3 else {}
+        replay.add(obs=z, base_action=z, action=z, reward=np.zeros(1), next_obs=z, next_base_action=z,
+                   terminated=np.zeros(1, bool), truncated=np.zeros(1, bool), **extra)
+    out = replay.nstep(np.arange(4), np.zeros(4, int), 3, GAMMA)
+    np.testing.assert_allclose(out["potential"][:3], [0.0, 0.1, 0.2])
+    assert np.isnan(out["potential"][3])
+    old = {k: v for k, v in replay.state().items() if k != "potential"}  # a checkpoint from before the field
+    copy = Replay(capacity=8, num_envs=1, obs_dim=1, action_dim=1)
+    copy.load_state(old)
+    assert np.isnan(copy.nstep(np.arange(4), np.zeros(4, int), 3, GAMMA)["potential"]).all()
+
+
 class FirstObsChunks(BasePolicy):
     """A deterministic chunked base: its chunk is a function of the observation history (for relabel checks)."""
 

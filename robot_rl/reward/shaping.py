@@ -31,6 +31,7 @@ import numpy as np
 SUCCESS_SOURCES = ("classifier", "env")
 
 
+RELABELED = ("reward", "terminated", "truncated", "potential")  # the replay fields LearnedReward.label writes
 TERMINAL_POTENTIAL = 1.0  # Phi of a terminal (= success) state: the progress of a success state
 
 
@@ -72,6 +73,12 @@ class LearnedReward:
         """(reward, terminated, truncated) [N] for transitions obs -> next_obs ({key: [N, dim] | uint8 [N, H, W, 3]};
         next_obs is the observation the step reached, before any auto-reset) given the env's own flags;
         `instruction`: [N] str, each transition's episode instruction (models that read one)."""
+        return self.label(obs, next_obs, env_success, terminated, truncated, instruction)[:3]
+
+    def label(self, obs: dict, next_obs: dict, env_success: np.ndarray, terminated: np.ndarray,
+              truncated: np.ndarray, instruction=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(reward, terminated, truncated, potential) [N]: __call__'s labels and Phi(obs) (NaN without shaping),
+        which replay rows keep so that the learner clips TD targets to the values this shaping allows."""
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         if self.reads_instruction and instruction is not None and not isinstance(instruction, str):
             instruction = np.asarray(list(instruction), dtype=object)
@@ -82,6 +89,7 @@ class LearnedReward:
         else:
             hit = np.asarray(env_success, bool)
         r = hit.astype(np.float32)
+        potential = np.full(len(r), np.nan, np.float32)
         if self.shaping > 0:  # Phi of obs and next_obs in one batched pass
             n = len(r)
             both = {k: np.concatenate([obs[k], next_obs[k]]) for k in self.model.spec.inputs}
@@ -90,12 +98,13 @@ class LearnedReward:
                 text = np.concatenate([instruction, instruction])
             phi = self.model.progress(both, text)
             r = r + potential_shaping(phi[:n], phi[n:], terminated, self.gamma, self.shaping)
-        return r.astype(np.float32), terminated, truncated
+            potential = np.asarray(phi[:n], np.float32)
+        return r.astype(np.float32), terminated, truncated, potential
 
 
 def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs_dims: dict[str, int],
                    store=None, chunk: int = 512) -> None:
-    """Recompute reward / terminated / truncated of every kept row of a Replay (e.g. the demo buffer, built
+    """Recompute reward / terminated / truncated / potential of every kept row of a Replay (e.g. the demo buffer, built
     with the env's sparse success as reward) with `reward`; obs are unflattened in `obs_keys` order. A model
     that reads frames or instructions needs the demo buffer's episode `store` (demo_replay records each row's
     store steps): frames and instructions are read from it, `chunk` rows at a time."""
@@ -112,9 +121,10 @@ def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs
         _relabel_from_store(replay, reward, unflatten, store, kept, chunk)
         return
     for e in range(replay.num_envs):
-        r, term, trunc = reward(unflatten(d["obs"][:kept, e]), unflatten(d["next_obs"][:kept, e]),
-                                d["reward"][:kept, e] > 0.5, d["terminated"][:kept, e], d["truncated"][:kept, e])
-        d["reward"][:kept, e], d["terminated"][:kept, e], d["truncated"][:kept, e] = r, term, trunc
+        labels = reward.label(unflatten(d["obs"][:kept, e]), unflatten(d["next_obs"][:kept, e]),
+                              d["reward"][:kept, e] > 0.5, d["terminated"][:kept, e], d["truncated"][:kept, e])
+        for k, v in zip(RELABELED, labels):
+            d[k][:kept, e] = v
 
 
 def _relabel_from_store(replay, reward: LearnedReward, unflatten, store, kept: int, chunk: int) -> None:
@@ -150,9 +160,10 @@ def _relabel_from_store(replay, reward: LearnedReward, unflatten, store, kept: i
         for k in spec.image_shapes:  # one contiguous read per chunk (rows follow the store's order)
             block = store.read(f"obs/{k}", lo, hi)
             obs[k], nxt[k] = block[s - lo], block[ns - lo]
-        r, term, trunc = reward(obs, nxt, d["reward"][rows, 0] > 0.5, d["terminated"][rows, 0],
-                                d["truncated"][rows, 0], None if text is None else text[s])
-        d["reward"][rows, 0], d["terminated"][rows, 0], d["truncated"][rows, 0] = r, term, trunc
+        labels = reward.label(obs, nxt, d["reward"][rows, 0] > 0.5, d["terminated"][rows, 0],
+                              d["truncated"][rows, 0], None if text is None else text[s])
+        for k, v in zip(RELABELED, labels):
+            d[k][rows, 0] = v
 
 
 def from_config(path: str, reward: str, shaping: float, gamma: float, envs=()) -> LearnedReward:

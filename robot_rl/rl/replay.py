@@ -1,7 +1,8 @@
 """Replay: a time-major ring of transitions from N envs, n-step returns, and the demo buffer.
 
 Layout: row t holds the transition of every env at vector step t, arrays [rows, N, ...]:
-    obs, base_action, action (executed), reward, next_obs, next_base_action, terminated, truncated, intervention
+    obs, base_action, action (executed), reward, next_obs, next_base_action, terminated, truncated, intervention,
+    potential (Phi(obs) of a shaped reward, NaN where unknown: the learner then clips TD targets for any Phi)
 Every transition carries its own next observation and the base action at it, so an n-step walk may stop
 at any row and bootstrap from there: at an episode's end (auto-reset means the next row is another
 episode), at the newest row (its successors are not written yet), or after n steps.
@@ -11,6 +12,7 @@ n-step target of a transition at logical row L in env e:
                                                  and never past the newest row
     discount = gamma^K if the last included step did not terminate, else 0
     next     = next_obs / next_base_action of the last included step
+    potential = the first step's
 A time-limit truncation (or any cut that is not a true termination: a restart, a dropped demo tail)
 bootstraps from the stored next observation; only `terminated` zeroes the discount.
 
@@ -26,6 +28,7 @@ import numpy as np
 
 FLOAT_FIELDS = ("obs", "base_action", "action", "reward", "next_obs", "next_base_action")
 BOOL_FIELDS = ("terminated", "truncated", "intervention")
+OPTIONAL_FIELDS = {"intervention": False, "potential": np.nan}  # what add() writes when a field is not given
 
 
 class Replay:
@@ -40,6 +43,7 @@ class Replay:
                   "next_obs": (obs_dim,), "next_base_action": (action_dim,)}
         self.data = {k: np.zeros((r, n, *s), np.float32) for k, s in shapes.items()}
         self.data.update({k: np.zeros((r, n), bool) for k in BOOL_FIELDS})
+        self.data["potential"] = np.full((r, n), np.nan, np.float32)
         self.written = 0  # rows ever written (logical index of the next row)
 
     def __len__(self) -> int:
@@ -51,14 +55,14 @@ class Replay:
 
     def add(self, **fields) -> None:
         """Append one row: every field [N, ...] (all of FLOAT_FIELDS and terminated, truncated; intervention
-        defaults to False)."""
+        defaults to False, potential to NaN)."""
         missing = sorted(set(FLOAT_FIELDS + BOOL_FIELDS[:2]) - set(fields))
         unknown = sorted(set(fields) - set(self.data))
         if missing or unknown:
             raise KeyError(f"replay.add: missing fields {missing}, unknown fields {unknown}")
         p = self.written % self.rows
         for k, arr in self.data.items():
-            arr[p] = fields[k] if k in fields else False
+            arr[p] = fields[k] if k in fields else OPTIONAL_FIELDS[k]
         self.written += 1
 
     def mark_cut(self) -> None:
@@ -93,7 +97,7 @@ class Replay:
             "obs": d["obs"][first, envs], "base_action": d["base_action"][first, envs],
             "action": d["action"][first, envs], "ret": ret.astype(np.float32), "discount": discount.astype(np.float32),
             "next_obs": d["next_obs"][last, envs], "next_base_action": d["next_base_action"][last, envs],
-            "steps": k,
+            "potential": d["potential"][first, envs], "steps": k,
         }
 
     def sample(self, batch_size: int, n: int, gamma: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -120,7 +124,7 @@ class Replay:
                              f"{self.rows} x {self.data['obs'].shape[1:]}")
         kept = min(int(state["written"]), self.rows)
         for k, v in self.data.items():
-            v[:kept] = state[k]
+            v[:kept] = state[k] if k in state else OPTIONAL_FIELDS[k]  # replays saved before a field existed
         self.written = int(state["written"])
 
 

@@ -108,10 +108,9 @@ class ResidualRLConfig:
                              "reward=learned or reward=success")
         if not (isinstance(self.shaping, (int, float)) and np.isfinite(self.shaping) and self.shaping >= 0):
             raise ValueError(f"shaping={self.shaping!r} must be a number >= 0 (lambda of the potential term)")
-        if self.reward_model and self.shaping > 0 and self.learner.reward_bounds is not None:
-            # one step's reward is r_success + a shaping term in [-shaping, shaping]: widen the TD-target clip
-            lo, hi = self.learner.reward_bounds
-            self.learner = dataclasses.replace(self.learner, reward_bounds=(min(lo, -self.shaping), hi + self.shaping))
+        if self.reward_model and self.shaping > 0:
+            # the shaping terms telescope: a return moves by at most lambda, the TD-target clip widens by as much
+            self.learner = dataclasses.replace(self.learner, potential_bound=float(self.shaping))
         if self.interventions not in INTERVENTIONS:
             raise ValueError(f"interventions={self.interventions!r}; valid: {', '.join(INTERVENTIONS)}")
         if self.interventions == "scripted":
