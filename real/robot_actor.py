@@ -204,12 +204,14 @@ def episode_transitions(ep: dict, keys: tuple[str, ...], base, reward,
     (terminated if success else truncated)[-1] = True
     cur = {k: v[:-1] for k, v in seq.items()}
     nxt = {k: v[1:] for k, v in seq.items()}
-    r, terminated, truncated, potential = reward.label(cur, nxt, terminated.copy(), terminated, truncated)
+    r, terminated, truncated, potential, next_potential = reward.label(cur, nxt, terminated.copy(), terminated,
+                                                                       truncated)
     return {"obs": flatten_obs(cur, keys), "base_action": base_actions[:-1],
             "action": np.stack([s[1] for s in steps]).astype(np.float32), "reward": np.asarray(r, np.float32),
             "next_obs": flatten_obs(nxt, keys), "next_base_action": base_actions[1:],
             "terminated": np.asarray(terminated, bool), "truncated": np.asarray(truncated, bool),
-            "intervention": np.array([s[2] for s in steps], bool), "potential": np.asarray(potential, np.float32)}
+            "intervention": np.array([s[2] for s in steps], bool), "potential": np.asarray(potential, np.float32),
+            "next_potential": np.asarray(next_potential, np.float32)}
 
 
 class RobotActor(BatchActor):

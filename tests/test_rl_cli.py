@@ -113,3 +113,26 @@ def test_bad_inputs_stop_before_training_with_one_line(lift_base, tmp_path):
     assert_one_line_error(_train("mode=scratch", f"base={lift_base}", run=tmp_path / "both"),
                           "mode=scratch trains without a base policy")
     assert_one_line_error(_train(f"base={tmp_path / 'missing'}", run=tmp_path / "missing_run"), "missing")
+
+
+def test_compare_reports_the_first_evaluation_reaching_a_level(tmp_path, capsys):
+    from robot_rl.rl.compare import main
+
+    for name, ys in (("sparse", [0.5, 0.79, 0.8, 0.7]), ("shaped", [0.6, 0.7, 0.75, 0.78]),
+                     ("shaped2", [0.6, 0.9, 0.85, 0.88])):
+        (tmp_path / name).mkdir()
+        hist = {"eval/base_success_rate": [[0, 0.2]], "eval/success_rate": [[2500 * (i + 1), y] for i, y in enumerate(ys)]}
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"history": hist}))
+    main([f"sparse={tmp_path / 'sparse'}", f"shaped={tmp_path / 'shaped'}", "--out", str(tmp_path / "c.png"),
+          "--reach", "0.8"])
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()[1:]]
+    assert lines == [{"run": "sparse", "first_steps_at_0.8": 7500, "best": 0.8},
+                     {"run": "shaped", "first_steps_at_0.8": None, "best": 0.78}]
+    # a label given twice (two seeds): the mean curve 0.2, 0.6, 0.8, 0.8, 0.83 reaches 0.8 at 5000
+    main([f"shaped={tmp_path / 'shaped'}", f"shaped={tmp_path / 'shaped2'}", "--out", str(tmp_path / "m.png"),
+          "--reach", "0.8"])
+    line = json.loads(capsys.readouterr().out.splitlines()[1])
+    assert line["first_steps_at_0.8"] == 5000 and line["each"] == [None, 5000] and line["runs"] == 2
+    assert (tmp_path / "m.png").stat().st_size > 10_000
+    with pytest.raises(SystemExit):
+        main([f"sparse={tmp_path / 'sparse'}", "--out", str(tmp_path / "c.png"), "--reach", "80"])

@@ -31,7 +31,7 @@ import numpy as np
 SUCCESS_SOURCES = ("classifier", "env")
 
 
-RELABELED = ("reward", "terminated", "truncated", "potential")  # the replay fields LearnedReward.label writes
+RELABELED = ("reward", "terminated", "truncated", "potential", "next_potential")  # the replay fields LearnedReward.label writes
 TERMINAL_POTENTIAL = 1.0  # Phi of a terminal (= success) state: the progress of a success state
 
 
@@ -76,9 +76,10 @@ class LearnedReward:
         return self.label(obs, next_obs, env_success, terminated, truncated, instruction)[:3]
 
     def label(self, obs: dict, next_obs: dict, env_success: np.ndarray, terminated: np.ndarray,
-              truncated: np.ndarray, instruction=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(reward, terminated, truncated, potential) [N]: __call__'s labels and Phi(obs) (NaN without shaping),
-        which replay rows keep so that the learner clips TD targets to the values this shaping allows."""
+              truncated: np.ndarray, instruction=None) -> tuple[np.ndarray, ...]:
+        """(reward, terminated, truncated, potential, next_potential) [N]: __call__'s labels, Phi(obs) and
+        Phi(next_obs) (NaN without shaping), which replay rows keep: the learner clips TD targets to the values
+        this shaping allows and its critics read them."""
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         if self.reads_instruction and instruction is not None and not isinstance(instruction, str):
             instruction = np.asarray(list(instruction), dtype=object)
@@ -89,7 +90,7 @@ class LearnedReward:
         else:
             hit = np.asarray(env_success, bool)
         r = hit.astype(np.float32)
-        potential = np.full(len(r), np.nan, np.float32)
+        potential = next_potential = np.full(len(r), np.nan, np.float32)
         if self.shaping > 0:  # Phi of obs and next_obs in one batched pass
             n = len(r)
             both = {k: np.concatenate([obs[k], next_obs[k]]) for k in self.model.spec.inputs}
@@ -98,8 +99,8 @@ class LearnedReward:
                 text = np.concatenate([instruction, instruction])
             phi = self.model.progress(both, text)
             r = r + potential_shaping(phi[:n], phi[n:], terminated, self.gamma, self.shaping)
-            potential = np.asarray(phi[:n], np.float32)
-        return r.astype(np.float32), terminated, truncated, potential
+            potential, next_potential = np.asarray(phi[:n], np.float32), np.asarray(phi[n:], np.float32)
+        return r.astype(np.float32), terminated, truncated, potential, next_potential
 
 
 def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs_dims: dict[str, int],

@@ -1,7 +1,11 @@
 """One figure of several runs' evaluation success: residual RL, RL from scratch and the base alone.
 
     python -m robot_rl.rl.compare residual=runs/train_residual/<a> scratch=runs/train_residual/<b> \
-        base=runs/train_residual/<c> --out compare.png [--x time]
+        base=runs/train_residual/<c> --out compare.png [--x time] [--reach 0.8]
+
+A label given more than once (seeds: `sparse=<s0> sparse=<s1> ...`) is drawn as the mean over its runs at the
+evaluations they share, with their min-max as a band. `--reach LEVEL` also prints one JSON line per run: the first evaluation at or above LEVEL (env steps, or
+training seconds with --x time; null when none reached it) and the best success (for a label of several runs: of their mean curve, with each run's first step too).
 
 Reads each run directory's metrics.json (`history["eval/success_rate"]`, and `eval/train_time_s` for a time
 axis; a residual run's curve starts at its base's success, `eval/base_success_rate`, at step 0). A run with a single point (mode=base: a policy that does not train) is drawn as a horizontal line
@@ -47,20 +51,47 @@ def load_curve(run_dir: str | Path, x: str = "steps") -> dict:
     return {"x": xs, "y": ys, "ci": tuple(ci) if ci else None}
 
 
-def plot_comparison(runs: dict[str, str | Path], out: str | Path, x: str = "steps", title: str = "") -> Path:
-    """PNG at `out` with one curve per labelled run (written atomically)."""
+def first_reaching(curve: dict, level: float) -> float | None:
+    """The first x (env steps / seconds) of a load_curve whose evaluation success is >= level, None if none is."""
+    return next((x for x, y in zip(curve["x"], curve["y"]) if y >= level), None)
+
+
+def load_group(run_dirs, x: str = "steps") -> dict:
+    """load_curve of one run, or of several (seeds): their mean at the x they all share, with "lo" / "hi" (min /
+    max over the runs) and "runs" (each run's curve)."""
+    if isinstance(run_dirs, (str, Path)):
+        return load_curve(run_dirs, x)
+    runs = [load_curve(d, x) for d in run_dirs]
+    if len(runs) == 1:
+        return runs[0]
+    shared = sorted(set.intersection(*(set(c["x"]) for c in runs)))
+    if not shared:
+        raise ValueError(f"runs {[str(d) for d in run_dirs]} share no evaluation {x}: evaluate them at the same "
+                         "rl.eval_every to average them")
+    ys = [[dict(zip(c["x"], c["y"]))[v] for v in shared] for c in runs]
+    cols = list(zip(*ys))
+    return {"x": shared, "y": [sum(c) / len(c) for c in cols], "lo": [min(c) for c in cols],
+            "hi": [max(c) for c in cols], "ci": None, "runs": runs}
+
+
+def plot_comparison(runs: dict, out: str | Path, x: str = "steps", title: str = "") -> Path:
+    """PNG at `out` with one curve per label (written atomically); a label maps to a run directory, or to a
+    list of them (seeds: their mean curve and min-max band)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = {label: load_curve(d, x) for label, d in runs.items()}
+    curves = {label: load_group(d, x) for label, d in runs.items()}
     trained = [c for c in curves.values() if len(c["x"]) > 1]
     right = max((max(c["x"]) for c in trained), default=1.0)
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, c in curves.items():
         if len(c["x"]) > 1:
-            line, = ax.plot(c["x"], c["y"], marker="o", ms=3, label=label)
+            n = len(c.get("runs", [])) or 1
+            line, = ax.plot(c["x"], c["y"], marker="o", ms=3, label=label if n == 1 else f"{label} (mean of {n})")
+            if "lo" in c:
+                ax.fill_between(c["x"], c["lo"], c["hi"], color=line.get_color(), alpha=0.15)
             if c["ci"]:  # the interval of the final evaluation
                 ax.errorbar([c["x"][-1]], [c["y"][-1]], yerr=[[c["y"][-1] - c["ci"][0]], [c["ci"][1] - c["y"][-1]]],
                             color=line.get_color(), capsize=4)
@@ -85,15 +116,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True, help="PNG path")
     ap.add_argument("--x", choices=X_AXES, default="steps", help="x axis: env steps or training seconds")
     ap.add_argument("--title", default="")
+    ap.add_argument("--reach", type=float, default=None, metavar="LEVEL",
+                    help="also print each run's first evaluation with success >= LEVEL (JSON lines)")
     args = ap.parse_args(argv)
-    runs = {}
+    if args.reach is not None and not 0.0 <= args.reach <= 1.0:
+        ap.error(f"--reach {args.reach}: a success rate in [0, 1]")
+    runs: dict[str, list[str]] = {}
     for item in args.runs:
         label, sep, path = item.partition("=")
         if not sep or not label or not path:
             ap.error(f"{item!r}: give runs as label=RUN_DIR")
-        runs[label] = path
+        runs.setdefault(label, []).append(path)
     try:
         print(plot_comparison(runs, args.out, args.x, args.title))
+        if args.reach is not None:
+            key = f"first_{args.x}_at_{args.reach:g}"
+            for label, d in runs.items():
+                c = load_group(d, args.x)
+                line = {"run": label, key: first_reaching(c, args.reach), "best": max(c["y"])}
+                if "runs" in c:
+                    line.update(runs=len(c["runs"]), each=[first_reaching(r, args.reach) for r in c["runs"]])
+                print(json.dumps(line))
     except (FileNotFoundError, ValueError) as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
 

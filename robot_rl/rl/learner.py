@@ -58,6 +58,10 @@ class LearnerConfig:
     # The per-step widening [lo - lambda, hi + lambda] / (1 - gamma) = [-30, 130] for lambda = 0.3 let the
     # min-over-heads pessimism drive Q down to -0.62 on lift (shaped values lie in [-0.3, 1.3]).
     potential_bound: float = 0.0
+    # The critics also read Phi(s) (the batch's "potential"; Phi(s') for the TD target), so the state offset
+    # -lambda Phi(s) that shaped values carry is one weight away instead of a function of the observation to fit
+    # (lift, lambda = 1: the critic loss was 5x the unshaped one's). Set by residual RL when shaping is on.
+    critic_potential: bool = False
     actor_l2: float = 0.0  # penalty on the squared residual (in units of scale): keeps it near the base if > 0
     compile: bool = False  # torch.compile the critics: +10-20% updates/s measured, 15-30 s of compilation first
 
@@ -104,7 +108,7 @@ class Learner:
         self.actor = actor  # shared with the ResidualPolicy that acts
         self.scale = actor.cfg.scale
         self.actor_target = copy.deepcopy(actor).requires_grad_(False)
-        in_dim = actor.obs_dim + 2 * actor.action_dim
+        in_dim = actor.obs_dim + 2 * actor.action_dim + int(cfg.critic_potential)
         self.critic = EnsembleCritic(in_dim, cfg.num_critics, cfg.critic_hidden, cfg.layer_norm)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         if cfg.compile:  # instance attributes: state_dict and checkpoints are unaffected
@@ -120,8 +124,12 @@ class Learner:
         self.actor.set_obs_stats(center, scale)
         self.actor_target.set_obs_stats(center, scale)
 
-    def _critic_in(self, obs_n, base, action):
-        return torch.cat([obs_n, base, action], dim=-1)
+    def _critic_in(self, obs_n, base, action, potential=None):
+        parts = [obs_n, base, action]
+        if self.cfg.critic_potential:  # an unknown (NaN) or missing Phi reads as 0
+            phi = torch.zeros(len(obs_n)) if potential is None else torch.nan_to_num(potential, nan=0.0)
+            parts.append(phi.reshape(-1, 1).to(obs_n.dtype))
+        return torch.cat(parts, dim=-1)
 
     def update(self, batch: dict) -> dict[str, float]:
         """One critic update (and an actor update when due); returns scalar metrics."""
@@ -134,7 +142,7 @@ class Learner:
             noise = noise.clamp(-cfg.target_noise_clip * scale, cfg.target_noise_clip * scale)
             next_action = (b["next_base_action"] + (res + noise).clamp(-scale, scale)).clamp(-1.0, 1.0)
             heads = random_heads(cfg.num_critics, cfg.target_heads, self.generator)
-            next_in = self._critic_in(next_n, b["next_base_action"], next_action)
+            next_in = self._critic_in(next_n, b["next_base_action"], next_action, b.get("next_potential"))
             q_next = self.critic_target(next_in, heads).min(0).values
             target = b["ret"] + b["discount"] * q_next
             if cfg.reward_bounds is not None:
@@ -150,7 +158,7 @@ class Learner:
                     target = torch.minimum(torch.maximum(target, lo), hi)
                 else:
                     target = target.clamp(lo - cfg.potential_bound, hi + cfg.potential_bound)
-        q = self.critic(self._critic_in(obs_n, b["base_action"], b["action"]))  # [N, B]
+        q = self.critic(self._critic_in(obs_n, b["base_action"], b["action"], b.get("potential")))  # [N, B]
         critic_loss = (q - target).pow(2).mean(1).sum()
         self._check("critic", critic_loss)
         self.critic_opt.zero_grad(set_to_none=True)
@@ -166,7 +174,7 @@ class Learner:
         if self.updates > cfg.critic_warmup and self.updates % cfg.policy_delay == 0:
             res = self.actor(obs_n, b["base_action"])
             action = (b["base_action"] + res).clamp(-1.0, 1.0)
-            q_pi = self.critic(self._critic_in(obs_n, b["base_action"], action)).mean(0)
+            q_pi = self.critic(self._critic_in(obs_n, b["base_action"], action, b.get("potential"))).mean(0)
             actor_loss = -q_pi.mean()
             if cfg.actor_l2:
                 actor_loss = actor_loss + cfg.actor_l2 * (res / scale).pow(2).sum(-1).mean()

@@ -2,7 +2,8 @@
 
 Layout: row t holds the transition of every env at vector step t, arrays [rows, N, ...]:
     obs, base_action, action (executed), reward, next_obs, next_base_action, terminated, truncated, intervention,
-    potential (Phi(obs) of a shaped reward, NaN where unknown: the learner then clips TD targets for any Phi)
+    potential, next_potential (Phi(obs), Phi(next_obs) of a shaped reward; NaN where unknown: the learner then
+    clips TD targets for any Phi)
 Every transition carries its own next observation and the base action at it, so an n-step walk may stop
 at any row and bootstrap from there: at an episode's end (auto-reset means the next row is another
 episode), at the newest row (its successors are not written yet), or after n steps.
@@ -12,7 +13,7 @@ n-step target of a transition at logical row L in env e:
                                                  and never past the newest row
     discount = gamma^K if the last included step did not terminate, else 0
     next     = next_obs / next_base_action of the last included step
-    potential = the first step's
+    potential = the first step's, next_potential = the last included step's
 A time-limit truncation (or any cut that is not a true termination: a restart, a dropped demo tail)
 bootstraps from the stored next observation; only `terminated` zeroes the discount.
 
@@ -28,7 +29,7 @@ import numpy as np
 
 FLOAT_FIELDS = ("obs", "base_action", "action", "reward", "next_obs", "next_base_action")
 BOOL_FIELDS = ("terminated", "truncated", "intervention")
-OPTIONAL_FIELDS = {"intervention": False, "potential": np.nan}  # what add() writes when a field is not given
+OPTIONAL_FIELDS = {"intervention": False, "potential": np.nan, "next_potential": np.nan}  # what add() writes when a field is not given
 
 
 class Replay:
@@ -43,7 +44,7 @@ class Replay:
                   "next_obs": (obs_dim,), "next_base_action": (action_dim,)}
         self.data = {k: np.zeros((r, n, *s), np.float32) for k, s in shapes.items()}
         self.data.update({k: np.zeros((r, n), bool) for k in BOOL_FIELDS})
-        self.data["potential"] = np.full((r, n), np.nan, np.float32)
+        self.data.update({k: np.full((r, n), np.nan, np.float32) for k in ("potential", "next_potential")})
         self.written = 0  # rows ever written (logical index of the next row)
 
     def __len__(self) -> int:
@@ -55,7 +56,7 @@ class Replay:
 
     def add(self, **fields) -> None:
         """Append one row: every field [N, ...] (all of FLOAT_FIELDS and terminated, truncated; intervention
-        defaults to False, potential to NaN)."""
+        defaults to False, potential and next_potential to NaN)."""
         missing = sorted(set(FLOAT_FIELDS + BOOL_FIELDS[:2]) - set(fields))
         unknown = sorted(set(fields) - set(self.data))
         if missing or unknown:
@@ -97,7 +98,7 @@ class Replay:
             "obs": d["obs"][first, envs], "base_action": d["base_action"][first, envs],
             "action": d["action"][first, envs], "ret": ret.astype(np.float32), "discount": discount.astype(np.float32),
             "next_obs": d["next_obs"][last, envs], "next_base_action": d["next_base_action"][last, envs],
-            "potential": d["potential"][first, envs], "steps": k,
+            "potential": d["potential"][first, envs], "next_potential": d["next_potential"][last, envs], "steps": k,
         }
 
     def sample(self, batch_size: int, n: int, gamma: float, rng: np.random.Generator) -> dict[str, np.ndarray]:

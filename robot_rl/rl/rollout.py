@@ -125,11 +125,12 @@ class Collector:
         final = info["final_obs"]
         if self.learned is not None:  # learned success (or env success) + shaping; may move terminations
             text = self.instruction if self.learned.reads_instruction else None  # obs' and final_obs' episode
-            r, l_term, l_trunc, potential = self.learned.label(self.obs_dict, final, info["success"], term, trunc,
-                                                               text)
+            r, l_term, l_trunc, potential, next_potential = self.learned.label(self.obs_dict, final, info["success"],
+                                                                               term, trunc, text)
         else:
             r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
-            l_term, l_trunc, potential = term, trunc, np.full(len(r), np.nan, np.float32)
+            l_term, l_trunc = term, trunc
+            potential = next_potential = np.full(len(r), np.nan, np.float32)
         self.history.push(final)
         if human.any():  # the base's chunk went stale while the human drove: replan from here at hand-back
             self.queue.reset(np.nonzero(human)[0])
@@ -141,7 +142,8 @@ class Collector:
             next_base[boot] = self.queue.next(self._base_input(), boot)  # the ended episodes' own instructions
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
                         next_obs=self.policy.inputs(final, features), next_base_action=next_base, terminated=l_term,
-                        truncated=l_trunc, intervention=intervention, potential=potential)
+                        truncated=l_trunc, intervention=intervention, potential=potential,
+                        next_potential=next_potential)
         if self.hil is not None:
             self.hil.end_episodes(done)
         self.human = human

@@ -110,7 +110,7 @@ class ResidualRLConfig:
             raise ValueError(f"shaping={self.shaping!r} must be a number >= 0 (lambda of the potential term)")
         if self.reward_model and self.shaping > 0:
             # the shaping terms telescope: a return moves by at most lambda, the TD-target clip widens by as much
-            self.learner = dataclasses.replace(self.learner, potential_bound=float(self.shaping))
+            self.learner = dataclasses.replace(self.learner, potential_bound=float(self.shaping), critic_potential=True)
         if self.interventions not in INTERVENTIONS:
             raise ValueError(f"interventions={self.interventions!r}; valid: {', '.join(INTERVENTIONS)}")
         if self.interventions == "scripted":
