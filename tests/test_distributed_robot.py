@@ -214,7 +214,7 @@ class _NextXReward:
 
     @staticmethod
     def label(obs, nxt, success, terminated, truncated):
-        return nxt["x"][:, 0], terminated, truncated, obs["x"][:, 0] / 10
+        return nxt["x"][:, 0], terminated, truncated, obs["x"][:, 0] / 10, nxt["x"][:, 0] / 10
 
 
 _next_x_reward = _NextXReward()
@@ -235,6 +235,7 @@ def test_recorded_episodes_become_transitions_with_relabeled_base_actions_and_cu
     assert rows["next_base_action"].tolist() == [[1, 0], [8, 8], [3, 2]]
     assert rows["reward"].tolist() == [1, 2, 3] and rows["intervention"].tolist() == [False, True, False]
     np.testing.assert_allclose(rows["potential"], [0.0, 0.1, 0.2])
+    np.testing.assert_allclose(rows["next_potential"], [0.1, 0.2, 0.3])
     assert rows["terminated"].tolist() == [False, False, True] and not rows["truncated"].any()
     # cut short (no final observation): the last step is dropped, the one before ends in a cut, never a success
     cut = episode_transitions({"steps": steps, "final": None, "success": True}, ("x",), _WindowBase(),

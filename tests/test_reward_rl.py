@@ -74,6 +74,7 @@ def test_collector_with_learned_reward_writes_classifier_success_plus_shaping(en
         expected = hit + lam * (gamma * np.where(hit, 1.0, phi2) - phi)
         assert np.allclose(d["reward"][t], expected, atol=1e-5), t
         assert np.allclose(d["potential"][t], phi, atol=1e-6), t  # Phi(s): the learner's TD-target clip reads it
+        assert np.allclose(d["next_potential"][t], phi2, atol=1e-6), t  # Phi(s'): its critics' target reads it
         assert d["terminated"][t].tolist() == hit.tolist(), t
         assert d["truncated"][t].tolist() == (env_done[t] & ~hit).tolist(), t
     assert 0 < hits < 90  # both cases were exercised
