@@ -59,8 +59,9 @@ class LearnerConfig:
     # min-over-heads pessimism drive Q down to -0.62 on lift (shaped values lie in [-0.3, 1.3]).
     potential_bound: float = 0.0
     # The critics also read Phi(s) (the batch's "potential"; Phi(s') for the TD target), so the state offset
-    # -lambda Phi(s) that shaped values carry is one weight away instead of a function of the observation to fit
-    # (lift, lambda = 1: the critic loss was 5x the unshaped one's). Set by residual RL when shaping is on.
+    # -lambda Phi(s) that shaped values carry is one weight away instead of a function of the observation to fit.
+    # Set by residual RL when shaping is on. Lift, lambda = 0.3, seed 1, critic loss at 40k steps: 0.079 without,
+    # 0.069 with (0.047 unshaped).
     critic_potential: bool = False
     actor_l2: float = 0.0  # penalty on the squared residual (in units of scale): keeps it near the base if > 0
     compile: bool = False  # torch.compile the critics: +10-20% updates/s measured, 15-30 s of compilation first
@@ -127,7 +128,7 @@ class Learner:
     def _critic_in(self, obs_n, base, action, potential=None):
         parts = [obs_n, base, action]
         if self.cfg.critic_potential:  # an unknown (NaN) or missing Phi reads as 0
-            phi = torch.zeros(len(obs_n)) if potential is None else torch.nan_to_num(potential, nan=0.0)
+            phi = obs_n.new_zeros(len(obs_n)) if potential is None else torch.nan_to_num(potential, nan=0.0)
             parts.append(phi.reshape(-1, 1).to(obs_n.dtype))
         return torch.cat(parts, dim=-1)
 
@@ -146,18 +147,15 @@ class Learner:
             q_next = self.critic_target(next_in, heads).min(0).values
             target = b["ret"] + b["discount"] * q_next
             if cfg.reward_bounds is not None:
-                lo, hi = cfg.reward_bounds
-                lo, hi = lo / (1.0 - cfg.gamma), hi / (1.0 - cfg.gamma)
-                if cfg.potential_bound and "potential" in b:
-                    # shaped values are unshaped ones + lambda (gamma^T Phi(s_T) - Phi(s)): with Phi(s) known the
-                    # clip is the unshaped one moved by -lambda Phi(s) (and up to lambda (1 - Phi(s))); a NaN
-                    # (unknown) Phi(s) takes the bound that holds for any Phi in [0, 1]
-                    phi = b["potential"]
-                    lo = lo - cfg.potential_bound * torch.nan_to_num(phi, nan=1.0)
-                    hi = hi + cfg.potential_bound * (1.0 - torch.nan_to_num(phi, nan=0.0))
-                    target = torch.minimum(torch.maximum(target, lo), hi)
-                else:
-                    target = target.clamp(lo - cfg.potential_bound, hi + cfg.potential_bound)
+                # shaped values are unshaped ones + lambda (gamma^T Phi(s_T) - Phi(s)): the unshaped clip moved down
+                # by lambda Phi(s) and up by lambda (1 - Phi(s)); an unknown (NaN) Phi(s) takes the bound that holds
+                # for any Phi in [0, 1]
+                phi = b.get("potential")
+                if phi is None:
+                    phi = torch.full_like(target, float("nan"))
+                lo, hi = (v / (1.0 - cfg.gamma) for v in cfg.reward_bounds)
+                target = target.clamp(lo - cfg.potential_bound * torch.nan_to_num(phi, nan=1.0),
+                                      hi + cfg.potential_bound * (1.0 - torch.nan_to_num(phi, nan=0.0)))
         q = self.critic(self._critic_in(obs_n, b["base_action"], b["action"], b.get("potential")))  # [N, B]
         critic_loss = (q - target).pow(2).mean(1).sum()
         self._check("critic", critic_loss)

@@ -29,7 +29,8 @@ import numpy as np
 
 FLOAT_FIELDS = ("obs", "base_action", "action", "reward", "next_obs", "next_base_action")
 BOOL_FIELDS = ("terminated", "truncated", "intervention")
-OPTIONAL_FIELDS = {"intervention": False, "potential": np.nan, "next_potential": np.nan}  # what add() writes when a field is not given
+POTENTIAL_FIELDS = ("potential", "next_potential")  # float, NaN when unknown
+OPTIONAL_FIELDS = {"intervention": False, **dict.fromkeys(POTENTIAL_FIELDS, np.nan)}  # add()'s default when not given
 
 
 class Replay:
@@ -44,7 +45,7 @@ class Replay:
                   "next_obs": (obs_dim,), "next_base_action": (action_dim,)}
         self.data = {k: np.zeros((r, n, *s), np.float32) for k, s in shapes.items()}
         self.data.update({k: np.zeros((r, n), bool) for k in BOOL_FIELDS})
-        self.data.update({k: np.full((r, n), np.nan, np.float32) for k in ("potential", "next_potential")})
+        self.data.update({k: np.full((r, n), OPTIONAL_FIELDS[k], np.float32) for k in POTENTIAL_FIELDS})
         self.written = 0  # rows ever written (logical index of the next row)
 
     def __len__(self) -> int:

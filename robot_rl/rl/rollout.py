@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robot_rl.rl.replay import Replay
+from robot_rl.rl.replay import POTENTIAL_FIELDS, Replay
 from robot_rl.rl.residual import BaseActionQueue, ResidualPolicy
 
 REWARDS = ("success", "env", "learned")
@@ -125,12 +125,11 @@ class Collector:
         final = info["final_obs"]
         if self.learned is not None:  # learned success (or env success) + shaping; may move terminations
             text = self.instruction if self.learned.reads_instruction else None  # obs' and final_obs' episode
-            r, l_term, l_trunc, potential, next_potential = self.learned.label(self.obs_dict, final, info["success"],
-                                                                               term, trunc, text)
-        else:
+            r, l_term, l_trunc, *phi = self.learned.label(self.obs_dict, final, info["success"], term, trunc, text)
+            potentials = dict(zip(POTENTIAL_FIELDS, phi))
+        else:  # the replay keeps NaN potentials: unknown
             r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
-            l_term, l_trunc = term, trunc
-            potential = next_potential = np.full(len(r), np.nan, np.float32)
+            l_term, l_trunc, potentials = term, trunc, {}
         self.history.push(final)
         if human.any():  # the base's chunk went stale while the human drove: replan from here at hand-back
             self.queue.reset(np.nonzero(human)[0])
@@ -142,8 +141,7 @@ class Collector:
             next_base[boot] = self.queue.next(self._base_input(), boot)  # the ended episodes' own instructions
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
                         next_obs=self.policy.inputs(final, features), next_base_action=next_base, terminated=l_term,
-                        truncated=l_trunc, intervention=intervention, potential=potential,
-                        next_potential=next_potential)
+                        truncated=l_trunc, intervention=intervention, **potentials)
         if self.hil is not None:
             self.hil.end_episodes(done)
         self.human = human
