@@ -74,10 +74,18 @@ def test_collector_with_learned_reward_writes_classifier_success_plus_shaping(en
         expected = hit + lam * (gamma * np.where(hit, 1.0, phi2) - phi)
         assert np.allclose(d["reward"][t], expected, atol=1e-5), t
         assert np.allclose(d["potential"][t], phi, atol=1e-6), t  # Phi(s): the learner's TD-target clip reads it
-        assert np.allclose(d["next_potential"][t], phi2, atol=1e-6), t  # Phi(s'): its critics' target reads it
+        assert np.allclose(d["next_potential"][t], np.where(hit, 1.0, phi2), atol=1e-6), t  # Phi(s') as shaped (1 at success)
         assert d["terminated"][t].tolist() == hit.tolist(), t
         assert d["truncated"][t].tolist() == (env_done[t] & ~hit).tolist(), t
     assert 0 < hits < 90  # both cases were exercised
+    # n-step windows: the shaping part of a return is lambda * potential_gain (the terms telescope, Phi = 1 at a
+    # success), so ret - lambda * potential_gain is the classifier's sparse n-step return; the learner rescales by it
+    rows, envs = np.repeat(np.arange(28), env.num_envs), np.tile(np.arange(env.num_envs), 28)
+    out = replay.nstep(rows, envs, 3, gamma)
+    sparse = [sum(gamma ** i * float(d["terminated"][r + i, e]) for i in range(k))
+              for r, e, k in zip(rows, envs, out["steps"])]
+    np.testing.assert_allclose(out["ret"] - lam * out["potential_gain"], sparse, atol=1e-5)
+    assert (out["steps"] < 3).any() and (np.abs(out["potential_gain"]) > 1e-3).all()
     assert any(e.any() for e in env_done)  # and env episode ends (12 steps) without classifier success
 
 
@@ -153,3 +161,26 @@ def test_demo_transitions_are_relabeled_with_the_learned_reward(env):
     ended = np.zeros(20, bool)
     ended[[9, 19]] = True
     assert demos.data["truncated"][:, 0].tolist() == (ended & ~hit).tolist()
+
+
+def test_shaping_weight_decays_linearly_over_training_and_is_logged(env, tmp_path):
+    from robot_rl.rl.learner import LearnerConfig
+    from robot_rl.run_log import RunLog
+
+    model = _model(env)
+    model.threshold = float(np.median(model.success_prob(env.reset(0))))
+    model.save(tmp_path / "rm" / "reward_model")
+    cfg = ResidualRLConfig(
+        env_steps=90, learning_starts=15, utd=0.25, reward="learned", reward_model=str(tmp_path / "rm"), shaping=0.6,
+        shaping_decay_steps=60, eval_every=0, final_eval=False, log_every=15, ckpt_every=1000,
+        residual=ResidualConfig(hidden=(16,)),
+        learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=8, critic_warmup=2))
+    ws = ResidualWorkspace(tmp_path / "run", cfg, env, None)
+    log = RunLog(ws.run_dir)
+    ws.run(log)
+    points = dict(log.history["train/shaping"])  # env step -> lambda the targets used
+    steps = sorted(points)
+    assert steps[0] <= 30 and steps[-1] == 90
+    for s in steps:  # lambda_0 (1 - step / 60), 0 from step 60 on (logged after the step's updates)
+        assert points[s] == pytest.approx(0.6 * max(0.0, 1.0 - s / 60), abs=1e-6), s
+    assert ws.learner.shaping == 0.0 and ws.learner.cfg.potential_bound == 0.6  # rewards stay labeled at 0.6

@@ -176,3 +176,27 @@ def test_critics_read_the_potential_when_shaping_is_on():
         x = learner._critic_in(learner.actor.normalize(b["obs"]), b["base_action"], b["action"], b["potential"])
         errors[reads] = float((learner.critic(x).detach() - b["ret"]).abs().mean())
     assert errors[True] < 0.03 and errors[False] > 0.08, errors  # 0.125: the mean error of predicting the mean
+
+
+def test_a_lowered_shaping_weight_gives_the_targets_of_rewards_labeled_with_it():
+    """Replay rewards carry the shaping weight they were labeled with (lambda_0); with Learner.shaping = lambda the
+    TD targets are those of the same transitions labeled at lambda (rl.shaping_decay_steps needs no relabeling)."""
+    gamma, b = 0.99, 64
+    rng = np.random.default_rng(3)
+    sparse, k = rng.random(b), rng.integers(1, 4, b)
+    phi, phi_next = rng.random(b), rng.random(b)
+    gain = gamma ** k * phi_next - phi
+
+    def targets(labeled, lam):
+        learner = _learner(gamma=gamma, potential_bound=labeled, critic_potential=True)
+        learner.shaping = lam
+        with torch.no_grad():  # a target critic that is not zero, the same in every learner (same seed)
+            learner.critic_target.biases[-1].fill_(0.4)
+        batch = _batch(b=b, ret=sparse + labeled * gain, potential=phi, next_potential=phi_next, potential_gain=gain,
+                       discount=gamma ** k)
+        return learner.td_target({k: torch.as_tensor(v) for k, v in batch.items()})
+
+    at_01 = targets(0.1, 0.1)
+    torch.testing.assert_close(targets(0.5, 0.1), at_01)
+    assert not torch.allclose(targets(0.5, 0.5), at_01, atol=1e-3)  # the weight does move the targets
+    torch.testing.assert_close(targets(0.5, 0.0), targets(0.0, 0.0))  # decayed to 0: the unshaped targets

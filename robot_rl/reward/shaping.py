@@ -78,8 +78,9 @@ class LearnedReward:
     def label(self, obs: dict, next_obs: dict, env_success: np.ndarray, terminated: np.ndarray,
               truncated: np.ndarray, instruction=None) -> tuple[np.ndarray, ...]:
         """(reward, terminated, truncated, potential, next_potential) [N]: __call__'s labels, Phi(obs) and
-        Phi(next_obs) (NaN without shaping), which replay rows keep: the learner clips TD targets to the values
-        this shaping allows and its critics read them."""
+        Phi(next_obs) as the shaping counts them (TERMINAL_POTENTIAL where next_obs terminates; NaN without
+        shaping), which replay rows keep: the learner clips TD targets to the values this shaping allows, its
+        critics read them, and it rescales the shaping term by them when lambda decays."""
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         if self.reads_instruction and instruction is not None and not isinstance(instruction, str):
             instruction = np.asarray(list(instruction), dtype=object)
@@ -99,7 +100,8 @@ class LearnedReward:
                 text = np.concatenate([instruction, instruction])
             phi = self.model.progress(both, text)
             r = r + potential_shaping(phi[:n], phi[n:], terminated, self.gamma, self.shaping)
-            potential, next_potential = np.asarray(phi[:n], np.float32), np.asarray(phi[n:], np.float32)
+            potential = np.asarray(phi[:n], np.float32)
+            next_potential = np.where(terminated, TERMINAL_POTENTIAL, phi[n:]).astype(np.float32)
         return r.astype(np.float32), terminated, truncated, potential, next_potential
 
 

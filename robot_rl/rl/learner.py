@@ -12,8 +12,11 @@ One `update(batch)`:
 A non-finite loss raises FloatingPointError naming the loss and the update.
 
 Batches are dicts of [B, ...] arrays from robot_rl.rl.replay (obs, base_action, action, ret, discount,
-next_obs, next_base_action). Observations are normalized by the actor's frozen statistics; critics read
-(normalized obs, base action, action).
+next_obs, next_base_action; potential, next_potential, potential_gain under shaping). Observations are
+normalized by the actor's frozen statistics; critics read (normalized obs, base action, action[, Phi(s)]).
+Under shaping, `Learner.shaping` is the weight lambda the targets use: rewards were labeled with lambda_0 =
+potential_bound, and ret + (lambda - lambda_0) potential_gain is the return at lambda (the shaping terms of an
+n-step window telescope to potential_gain), so a decaying lambda needs no relabeling of the replay.
 """
 
 from __future__ import annotations
@@ -120,6 +123,10 @@ class Learner:
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=True)
         self.generator = torch.Generator().manual_seed(seed)  # target noise and head choice
         self.updates = 0
+        # The shaping weight the TD targets use now; replay rewards carry cfg.potential_bound (the weight they
+        # were labeled with) and update() rescales their shaping part by the batch's potential_gain. Residual
+        # RL lowers it over training (rl.shaping_decay_steps).
+        self.shaping = cfg.potential_bound
 
     def set_obs_stats(self, center, scale) -> None:
         self.actor.set_obs_stats(center, scale)
@@ -132,30 +139,42 @@ class Learner:
             parts.append(phi.reshape(-1, 1).to(obs_n.dtype))
         return torch.cat(parts, dim=-1)
 
+    @torch.no_grad()
+    def td_target(self, b: dict) -> torch.Tensor:
+        """The clipped TD target y [B] of a torch batch, with the shaping weight `self.shaping`."""
+        cfg, scale = self.cfg, self.scale
+        next_n = self.actor.normalize(b["next_obs"])
+        res = self.actor_target(next_n, b["next_base_action"])
+        noise = torch.randn(res.shape, generator=self.generator) * (cfg.target_noise * scale)
+        noise = noise.clamp(-cfg.target_noise_clip * scale, cfg.target_noise_clip * scale)
+        next_action = (b["next_base_action"] + (res + noise).clamp(-scale, scale)).clamp(-1.0, 1.0)
+        heads = random_heads(cfg.num_critics, cfg.target_heads, self.generator)
+        next_in = self._critic_in(next_n, b["next_base_action"], next_action, b.get("next_potential"))
+        q_next = self.critic_target(next_in, heads).min(0).values
+        lam, phi = self.shaping, b.get("potential")
+        if phi is None:
+            phi = torch.full_like(q_next, float("nan"))
+        ret = b["ret"]
+        if lam != cfg.potential_bound and "potential_gain" in b:  # shaping labeled at lambda_0, wanted at lam
+            ret = ret + (lam - cfg.potential_bound) * torch.nan_to_num(b["potential_gain"], nan=0.0)
+        target = ret + b["discount"] * q_next
+        if cfg.reward_bounds is not None:
+            # shaped values are unshaped ones + lambda (gamma^T Phi(s_T) - Phi(s)): the unshaped clip moved down
+            # by lambda Phi(s) and up by lambda (1 - Phi(s)); an unknown (NaN) Phi(s) (its shaping, if any,
+            # not rescaled) takes the bound that holds at lambda_0 for any Phi in [0, 1]
+            known = ~torch.isnan(phi)
+            down = torch.where(known, lam * torch.nan_to_num(phi), cfg.potential_bound)
+            up = torch.where(known, lam * (1.0 - torch.nan_to_num(phi)), cfg.potential_bound)
+            lo, hi = (v / (1.0 - cfg.gamma) for v in cfg.reward_bounds)
+            target = torch.minimum(torch.maximum(target, lo - down), hi + up)
+        return target
+
     def update(self, batch: dict) -> dict[str, float]:
         """One critic update (and an actor update when due); returns scalar metrics."""
         cfg, scale = self.cfg, self.scale
         b = to_torch(batch, "cpu") if isinstance(batch["obs"], np.ndarray) else batch
-        obs_n, next_n = self.actor.normalize(b["obs"]), self.actor.normalize(b["next_obs"])
-        with torch.no_grad():
-            res = self.actor_target(next_n, b["next_base_action"])
-            noise = torch.randn(res.shape, generator=self.generator) * (cfg.target_noise * scale)
-            noise = noise.clamp(-cfg.target_noise_clip * scale, cfg.target_noise_clip * scale)
-            next_action = (b["next_base_action"] + (res + noise).clamp(-scale, scale)).clamp(-1.0, 1.0)
-            heads = random_heads(cfg.num_critics, cfg.target_heads, self.generator)
-            next_in = self._critic_in(next_n, b["next_base_action"], next_action, b.get("next_potential"))
-            q_next = self.critic_target(next_in, heads).min(0).values
-            target = b["ret"] + b["discount"] * q_next
-            if cfg.reward_bounds is not None:
-                # shaped values are unshaped ones + lambda (gamma^T Phi(s_T) - Phi(s)): the unshaped clip moved down
-                # by lambda Phi(s) and up by lambda (1 - Phi(s)); an unknown (NaN) Phi(s) takes the bound that holds
-                # for any Phi in [0, 1]
-                phi = b.get("potential")
-                if phi is None:
-                    phi = torch.full_like(target, float("nan"))
-                lo, hi = (v / (1.0 - cfg.gamma) for v in cfg.reward_bounds)
-                target = target.clamp(lo - cfg.potential_bound * torch.nan_to_num(phi, nan=1.0),
-                                      hi + cfg.potential_bound * (1.0 - torch.nan_to_num(phi, nan=0.0)))
+        obs_n = self.actor.normalize(b["obs"])
+        target = self.td_target(b)
         q = self.critic(self._critic_in(obs_n, b["base_action"], b["action"], b.get("potential")))  # [N, B]
         critic_loss = (q - target).pow(2).mean(1).sum()
         self._check("critic", critic_loss)

@@ -14,6 +14,8 @@ n-step target of a transition at logical row L in env e:
     discount = gamma^K if the last included step did not terminate, else 0
     next     = next_obs / next_base_action of the last included step
     potential = the first step's, next_potential = the last included step's
+    potential_gain = gamma^K next_potential - potential: the shaping terms of the K steps, which telescope
+                 (lambda times this is the shaping part of ret; the learner rescales it when lambda decays)
 A time-limit truncation (or any cut that is not a true termination: a restart, a dropped demo tail)
 bootstraps from the stored next observation; only `terminated` zeroes the discount.
 
@@ -100,6 +102,7 @@ class Replay:
             "action": d["action"][first, envs], "ret": ret.astype(np.float32), "discount": discount.astype(np.float32),
             "next_obs": d["next_obs"][last, envs], "next_base_action": d["next_base_action"][last, envs],
             "potential": d["potential"][first, envs], "next_potential": d["next_potential"][last, envs], "steps": k,
+            "potential_gain": (gamma ** k * d["next_potential"][last, envs] - d["potential"][first, envs]).astype(np.float32),
         }
 
     def sample(self, batch_size: int, n: int, gamma: float, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -64,6 +64,7 @@ class ResidualRLConfig:
     # learned success classifier of `reward_model` (it also ends the learner's episodes; no simulator reward)
     reward_model: str | None = None  # robot-rl-train-reward run dir (or its reward_model/): reward=learned, shaping
     shaping: float = 1.0  # lambda of lambda * (gamma Phi(s') - Phi(s)) added when reward_model is set (0: none)
+    shaping_decay_steps: int = 0  # lambda falls linearly from `shaping` to 0 over these env steps (0: constant)
     interventions: str = "none"  # none | scripted: the scripted human (robot_rl/hil) takes over when the policy drifts
     hil: dict = dataclasses.field(default_factory=dict)  # its settings (robot_rl.hil.scripted.ScriptedHumanConfig)
     intervention_capacity: int = 100_000  # room for human transitions in the demo buffer (they also go to replay)
@@ -90,7 +91,7 @@ class ResidualRLConfig:
             self.learner = LearnerConfig.from_dict(self.learner)
         whole = {"env_steps": 1, "learning_starts": 0, "replay_capacity": 1, "eval_every": 0, "eval_episodes": 1,
                  "final_eval_episodes": 0, "videos": 0, "eval_seed": 0, "log_every": 1, "ckpt_every": 1,
-                 "keep_checkpoints": 1, "seed": 0}
+                 "keep_checkpoints": 1, "seed": 0, "shaping_decay_steps": 0}
         for name, lo in whole.items():
             v = getattr(self, name)
             if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
@@ -289,6 +290,11 @@ class ResidualWorkspace:
         if human.any():
             add_transitions(self.demos, {k: v[p][human] for k, v in self.replay.data.items()})
 
+    def shaping_now(self) -> float:
+        """The shaping weight lambda at the current env step (rl.shaping_decay_steps: linear to 0)."""
+        lam, decay = self.cfg.learner.potential_bound, self.cfg.shaping_decay_steps
+        return lam * max(0.0, 1.0 - self.env_steps / decay) if decay else lam
+
     def learn(self, transitions: int, window: dict) -> None:
         """The `utd * transitions` gradient updates owed for new transitions, once learning has started
         (fractions carry over); metrics, update count and update time go into `window`."""
@@ -297,6 +303,7 @@ class ResidualWorkspace:
             return
         if not self.stats_frozen:
             self.freeze_obs_stats()
+        self.learner.shaping = self.shaping_now()
         self.owed += cfg.utd * transitions
         u0 = time.perf_counter()
         while self.owed >= 1.0:
@@ -386,6 +393,8 @@ class ResidualWorkspace:
                 mean.update({k: float(np.mean([m[k] for m in actor])) for k in ("actor_loss", "residual_abs",
                                                                                    "actor_grad_norm")})
             log.scalars({k: mean[k] for k in ("critic_loss", "critic_grad_norm") if k in mean}, step, prefix="train/")
+            if self.cfg.learner.potential_bound:
+                log.scalar("train/shaping", self.learner.shaping, step)
             if "actor_loss" in mean:
                 log.scalars({"actor_loss": mean["actor_loss"], "actor_grad_norm": mean["actor_grad_norm"]}, step,
                             prefix="train/")
