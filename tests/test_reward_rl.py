@@ -74,7 +74,8 @@ def test_collector_with_learned_reward_writes_classifier_success_plus_shaping(en
         expected = hit + lam * (gamma * np.where(hit, 1.0, phi2) - phi)
         assert np.allclose(d["reward"][t], expected, atol=1e-5), t
         assert np.allclose(d["potential"][t], phi, atol=1e-6), t  # Phi(s): the learner's TD-target clip reads it
-        assert np.allclose(d["next_potential"][t], np.where(hit, 1.0, phi2), atol=1e-6), t  # Phi(s') as shaped (1 at success)
+        # Phi(s') as the shaping counts it: 1 at a (classifier) success
+        assert np.allclose(d["next_potential"][t], np.where(hit, 1.0, phi2), atol=1e-6), t
         assert d["terminated"][t].tolist() == hit.tolist(), t
         assert d["truncated"][t].tolist() == (env_done[t] & ~hit).tolist(), t
     assert 0 < hits < 90  # both cases were exercised

@@ -102,7 +102,8 @@ class Replay:
             "action": d["action"][first, envs], "ret": ret.astype(np.float32), "discount": discount.astype(np.float32),
             "next_obs": d["next_obs"][last, envs], "next_base_action": d["next_base_action"][last, envs],
             "potential": d["potential"][first, envs], "next_potential": d["next_potential"][last, envs], "steps": k,
-            "potential_gain": (gamma ** k * d["next_potential"][last, envs] - d["potential"][first, envs]).astype(np.float32),
+            "potential_gain": (gamma ** k * d["next_potential"][last, envs]
+                               - d["potential"][first, envs]).astype(np.float32),
         }
 
     def sample(self, batch_size: int, n: int, gamma: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
