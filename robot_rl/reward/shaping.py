@@ -31,16 +31,20 @@ import numpy as np
 SUCCESS_SOURCES = ("classifier", "env")
 
 
-RELABELED = ("reward", "terminated", "truncated", "potential", "next_potential")  # the replay fields LearnedReward.label writes
+RELABELED = ("reward", "terminated", "truncated", "potential", "next_potential")  # the replay fields label() writes
 TERMINAL_POTENTIAL = 1.0  # Phi of a terminal (= success) state: the progress of a success state
+
+
+def counted_potential(phi_next: np.ndarray, terminated: np.ndarray) -> np.ndarray:
+    """Phi(s') as the shaping counts it: TERMINAL_POTENTIAL where s' terminates, else Phi(s'), float64 [N]."""
+    return np.where(np.asarray(terminated, bool), TERMINAL_POTENTIAL, np.asarray(phi_next, np.float64))
 
 
 def potential_shaping(phi: np.ndarray, phi_next: np.ndarray, terminated: np.ndarray, gamma: float,
                       scale: float = 1.0) -> np.ndarray:
     """scale * (gamma * Phi(s') - Phi(s)) with Phi(s') = TERMINAL_POTENTIAL where s' terminates, element-wise [N]
     float32."""
-    phi_next = np.where(np.asarray(terminated, bool), TERMINAL_POTENTIAL, np.asarray(phi_next, np.float64))
-    return (scale * (gamma * phi_next - np.asarray(phi, np.float64))).astype(np.float32)
+    return (scale * (gamma * counted_potential(phi_next, terminated) - np.asarray(phi, np.float64))).astype(np.float32)
 
 
 class LearnedReward:
@@ -91,7 +95,7 @@ class LearnedReward:
         else:
             hit = np.asarray(env_success, bool)
         r = hit.astype(np.float32)
-        potential = next_potential = np.full(len(r), np.nan, np.float32)
+        potential, next_potential = (np.full(len(r), np.nan, np.float32) for _ in range(2))
         if self.shaping > 0:  # Phi of obs and next_obs in one batched pass
             n = len(r)
             both = {k: np.concatenate([obs[k], next_obs[k]]) for k in self.model.spec.inputs}
@@ -101,7 +105,7 @@ class LearnedReward:
             phi = self.model.progress(both, text)
             r = r + potential_shaping(phi[:n], phi[n:], terminated, self.gamma, self.shaping)
             potential = np.asarray(phi[:n], np.float32)
-            next_potential = np.where(terminated, TERMINAL_POTENTIAL, phi[n:]).astype(np.float32)
+            next_potential = counted_potential(phi[n:], terminated).astype(np.float32)
         return r.astype(np.float32), terminated, truncated, potential, next_potential
 
 
