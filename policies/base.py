@@ -171,6 +171,19 @@ class BasePolicy(abc.ABC):
         """Tensors to save (weights, normalization)."""
         return {}
 
+    def weights_sha256(self) -> str | None:
+        """SHA-256 over the saved tensors (names and bytes, name order): identifies the policy whatever path it is
+        loaded from (a resume check, the rollouts a reward model was trained on); None without a registry kind."""
+        if not self.kind:
+            return None
+        import hashlib
+
+        h = hashlib.sha256()
+        for k, v in sorted(self.state_tensors().items()):
+            h.update(k.encode())
+            h.update(v.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
     def save(self, path: str | Path) -> Path:
         """Write safetensors weights + JSON config atomically to the directory `path`."""
         from robot_rl import checkpoint

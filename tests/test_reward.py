@@ -264,3 +264,31 @@ def test_a_policy_checkpoint_is_not_taken_for_a_reward_model(tmp_path):
     checkpoint.save(tmp_path / "policy", {"w": torch.zeros(1)}, {"kind": "diffusion", "spec": {}})
     with pytest.raises(CheckpointError, match="'diffusion' checkpoint, not a reward model"):
         load_reward_model(tmp_path / "policy")
+
+
+def test_residual_rl_is_warned_when_the_reward_model_saw_no_rollouts_of_its_base():
+    import sim
+    from robot_rl.reward.model import rollout_mismatch
+    from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+
+    env = sim.make("lift", num_envs=1)
+    try:
+        torch.manual_seed(0)
+        base = ResidualPolicy.build(None, ResidualConfig(hidden=(8,)), env=env)
+        other = ResidualPolicy.build(None, ResidualConfig(hidden=(8,)), env=env)  # other weights
+    finally:
+        env.close()
+    assert base.weights_sha256() != other.weights_sha256() and len(base.weights_sha256()) == 64
+    model = RewardModel.build(SPEC, hidden=(8,))
+    assert rollout_mismatch(model, base) is None  # a model from before the list was kept: nothing to tell
+    model.info = {"rollout_policies": [{"policy": "old/bc", "sha256": None, "episodes": 50, "failed": 40}]}
+    assert rollout_mismatch(model, base) is None  # stores from before the hash was recorded: cannot tell
+    model.info["rollout_policies"].append({"policy": "runs/bc/policy", "sha256": other.weights_sha256(),
+                                           "episodes": 200, "failed": 150})
+    msg = rollout_mismatch(model, base, "runs/weak/policy")
+    assert "runs/bc/policy (200 episodes)" in msg and "(runs/weak/policy)" in msg
+    assert "robot-rl-collect task=lift policy=runs/weak/policy episodes=200 out=ROLLOUTS" in msg
+    assert "rollouts=ROLLOUTS" in msg
+    model.info["rollout_policies"].append({"policy": "copy", "sha256": base.weights_sha256(), "episodes": 9,
+                                           "failed": 9})
+    assert rollout_mismatch(model, base, "runs/weak/policy") is None

@@ -98,7 +98,10 @@ def test_train_reward_refuses_a_store_of_another_task(stores, tmp_path):
     assert_one_line_error(proc, "holds task(s) ['lift']", "task 'push'")
 
 
-def test_collect_policy_records_rollouts_with_source_policy(tmp_path):
+def test_collect_policy_records_rollouts_with_source_policy(stores, tmp_path):
+    from policies import load_policy
+    from robot_rl.reward import load_reward_model
+    from robot_rl.reward.model import rollout_mismatch
     from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
 
     env = sim.make("lift", num_envs=2)
@@ -112,9 +115,22 @@ def test_collect_policy_records_rollouts_with_source_policy(tmp_path):
     assert store.n_episodes == 3 and store.n_steps == 30
     assert set(map(str, store.episode_attr("source"))) == {"policy"}
     assert not store.episode_attr("success").any()
-    assert json.loads(str(store.episode_attr("metadata")[0]))["policy"] == str(tmp_path / "policy")
+    policy = load_policy(tmp_path / "policy")
+    meta = json.loads(str(store.episode_attr("metadata")[0]))
+    assert meta["policy"] == str(tmp_path / "policy") and meta["policy_sha256"] == policy.weights_sha256()
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["source"] == "policy" and m["episodes"] == 3
+    store.close()
+
+    # the reward model keeps whose failures it saw; residual RL on that policy has nothing to warn about
+    proc = run_cli("robot-rl-train-reward", f"data={stores[0]}", f"rollouts={out}", *TINY,
+                   f"hydra.run.dir={tmp_path / 'reward'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    model = load_reward_model(tmp_path / "reward")
+    assert model.info["rollout_policies"] == [{"policy": str(tmp_path / "policy"), "sha256": policy.weights_sha256(),
+                                               "episodes": 3, "failed": 3}]
+    assert json.loads((tmp_path / "reward" / "metrics.json").read_text())["rollout_policies"][0]["episodes"] == 3
+    assert rollout_mismatch(model, policy, "anywhere/policy") is None  # matched by weights, not by path
 
 
 def test_failed_states_are_compared_in_the_tasks_progress_columns(stores, trained):

@@ -103,6 +103,25 @@ def test_scratch_and_base_alone_runs_plot_with_the_residual_on_one_figure(lift_b
         plot_comparison({"x": tmp_path / "empty"}, tmp_path / "x.png")
 
 
+def test_a_reward_model_that_never_saw_the_bases_rollouts_is_warned_about(lift_base, tmp_path):
+    from robot_rl.reward import RewardModel, RewardSpec
+
+    env = sim.make("lift", num_envs=1)
+    spec = RewardSpec(task="lift", obs_dims=dict(env.obs_dims))
+    env.close()
+    model = RewardModel.build(spec, hidden=(8,))
+    model.info = {"rollout_policies": [{"policy": "runs/other/policy", "sha256": "0" * 64, "episodes": 200,
+                                        "failed": 150}]}
+    model.save(tmp_path / "rm" / "reward_model")
+    proc = _train(f"base={lift_base}", "rl.reward=learned", f"rl.reward_model={tmp_path / 'rm'}", "rl.shaping=0.3",
+                  "rl.env_steps=20", "rl.eval_every=0", run=tmp_path / "run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "warning: the reward model's policy rollouts come from runs/other/policy" in proc.stderr
+    assert f"policy={lift_base} episodes=200" in proc.stderr
+    warnings = json.loads((tmp_path / "run" / "metrics.json").read_text())["warnings"]
+    assert len(warnings) == 1 and "none from the base this run refines" in warnings[0]
+
+
 def test_bad_inputs_stop_before_training_with_one_line(lift_base, tmp_path):
     push_base = _checkpoint("push", tmp_path / "push")
     wrong = _train(f"base={push_base}", run=tmp_path / "wrong")

@@ -76,7 +76,8 @@ def main(cfg: DictConfig) -> None:
         policy_path = cfg.get("policy")
         if policy_path is not None:
             actor, source, who = _load_policy(policy_path, env), "policy", "policy"
-            meta = {"backend": env_cfg.backend, "policy": str(policy_path)}
+            meta = {"backend": env_cfg.backend, "policy": str(policy_path),
+                    "policy_sha256": actor.policy.weights_sha256()}  # which policy failed (reward model's info)
         else:
             try:
                 actor = make_expert(env, noise=float(cfg.expert.noise), seed=int(cfg.seed))

@@ -23,6 +23,11 @@ def fail(msg: str) -> NoReturn:
     sys.exit(2)
 
 
+def warn(msg: str) -> None:
+    """Something the run can go on with but the user should know: one line on stderr."""
+    print(f"{command_name()}: warning: {msg}", file=sys.stderr)
+
+
 def progress_bar():
     """A rich progress bar with count, elapsed time and ETA."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn

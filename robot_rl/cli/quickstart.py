@@ -126,7 +126,8 @@ def main(cfg: DictConfig) -> None:
                 runner = PolicyRunner(load_policy(run_dir / "bc" / "policy"), env.num_envs, env=env)
                 with EpisodeStore.open(path, mode="a") as store:
                     r = collect(env, runner, store, int(cfg.rollouts), seed=int(cfg.seed) + 1, source="policy",
-                                metadata={"policy": str(run_dir / "bc" / "policy")},
+                                metadata={"policy": str(run_dir / "bc" / "policy"),
+                                          "policy_sha256": runner.policy.weights_sha256()},
                                 progress=lambda n: bar.advance(task, n))
                 return {"store": str(path), **r}
 

@@ -23,7 +23,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from robot_rl.cli.common import (env_config, fail, load_checkpoint, make_env, progress_bar, resume_or_fail,
-                                 set_torch_threads, whole)
+                                 set_torch_threads, warn, whole)
 from robot_rl.run_dir import current_run_dir, write_config, write_metrics
 
 MODES = ("residual", "scratch", "base")
@@ -172,11 +172,19 @@ def main(cfg: DictConfig) -> None:
                 ws = ResidualWorkspace(run_dir, rl, env, base, demo_store=store, eval_env=eval_env)
         except (SpecMismatch, CheckpointError) as e:
             fail(str(e))
+        warnings = []
+        if ws.learned_reward is not None and base is not None:
+            from robot_rl.reward.model import rollout_mismatch
+
+            warnings = [m for m in [rollout_mismatch(ws.learned_reward.model, base, cfg.base)] if m]
+        for m in warnings:
+            warn(m)
         resumed = resume_or_fail(ws)
         write_config(run_dir, cfg)
         log = RunLog(run_dir, resume_step=ws.env_steps if resumed else None)
         extra = {"mode": cfg.mode, "task": env_cfg.task, "base": cfg.base, "demos": cfg.demos,
-                 "num_envs": env_cfg.num_envs, "resumed_from": ws.env_steps if resumed else None}
+                 "num_envs": env_cfg.num_envs, "resumed_from": ws.env_steps if resumed else None,
+                 "warnings": warnings}
         if resumed:
             print(f"resuming {run_dir} from env step {ws.env_steps}")
         elif base is not None:  # s0 of this run, on the same evaluation episodes as the residual's

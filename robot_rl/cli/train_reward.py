@@ -145,7 +145,7 @@ def main(cfg: DictConfig) -> None:
     stores = [_open(cfg.data, "data")] + ([_open(cfg.rollouts, "rollouts")] if cfg.rollouts is not None else [])
 
     from robot_rl.reward.model import CHECKPOINT_DIR
-    from robot_rl.reward.train import RewardDataError, load_episodes, train_reward
+    from robot_rl.reward.train import RewardDataError, load_episodes, rollout_policies, train_reward
     from robot_rl.run_log import RunLog
 
     env = make_env(env_cfg)  # only for the task's observation spec
@@ -169,7 +169,8 @@ def main(cfg: DictConfig) -> None:
     log = RunLog(run_dir)
     t0 = time.perf_counter()
     info = {"data": str(cfg.data), "rollouts": None if cfg.rollouts is None else str(cfg.rollouts),
-            "steps_per_network": train_cfg.steps, "batch_size": train_cfg.batch_size}
+            "steps_per_network": train_cfg.steps, "batch_size": train_cfg.batch_size,
+            "rollout_policies": rollout_policies(stores)}  # whose failures it saw (residual RL checks its base)
     try:
         with progress_bar() as bar:
             model, metrics = train_reward(run_dir, train_cfg, data, spec, log, bar, info=info)

@@ -358,3 +358,23 @@ def load_reward_model(path: str | Path) -> RewardModel:
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise checkpoint.CheckpointError(f"reward model checkpoint {path} is malformed ({e})") from None
     return model
+
+
+def rollout_mismatch(model: RewardModel, base, base_path: str | None = None) -> str | None:
+    """A warning (None: nothing to say) when the reward model's policy rollouts, its failed examples, hold none of
+    the base policy a residual run refines: both networks then judge states of how this base fails that they
+    never saw. The model's info["rollout_policies"] (robot-rl-train-reward, from the stores' collect metadata)
+    is matched by weights hash, so a copied or moved checkpoint still counts; models or stores from before the
+    hash was recorded give no warning."""
+    recorded = [r for r in model.info.get("rollout_policies") or [] if r.get("sha256")]
+    sha = base.weights_sha256() if base is not None else None
+    if not recorded or sha is None or any(r["sha256"] == sha for r in recorded):
+        return None
+    seen = ", ".join(f"{r.get('policy')} ({r.get('episodes')} episodes)" for r in recorded)
+    where = base_path or "the base"
+    return (f"the reward model's policy rollouts come from {seen}, none from the base this run refines ({where}), "
+            "so its progress model and classifier never saw how this base fails (lift, a weak base: the per-step "
+            "change of Phi correlated 0.32 with true progress on that base's rollouts, 0.49 after 200 of them were "
+            f"added to training). Record them with robot-rl-collect task={model.spec.task} policy={where} "
+            "episodes=200 out=ROLLOUTS (an existing store is appended to) and retrain robot-rl-train-reward with "
+            "rollouts=ROLLOUTS")

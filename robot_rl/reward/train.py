@@ -292,6 +292,31 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
                     cat(gt_p), cat(gt_s), np.concatenate(text) if spec.instruction else None, features, keys)
 
 
+def rollout_policies(stores: Sequence) -> list[dict]:
+    """The policies whose rollouts (source "policy") the stores hold, from the episodes' collect metadata:
+    [{"policy": path as recorded, "sha256": weights hash or None (stores recorded before hashes were), "episodes",
+    "failed"}], one entry per (hash, path). A reward model keeps the list (info) so residual RL can tell whether
+    the base it refines is among them (robot_rl.reward.model.rollout_mismatch)."""
+    import json
+
+    out: dict[tuple, dict] = {}
+    for store in stores:
+        source = store.episode_attr("source")
+        success = store.episode_attr("success").astype(bool)
+        for meta, src, ok in zip(store.episode_attr("metadata"), source, success):
+            if str(src) != "policy":
+                continue
+            try:
+                meta = json.loads(str(meta)) if str(meta) else {}
+            except json.JSONDecodeError:
+                meta = {}
+            key = (meta.get("policy_sha256"), meta.get("policy"))
+            entry = out.setdefault(key, {"policy": key[1], "sha256": key[0], "episodes": 0, "failed": 0})
+            entry["episodes"] += 1
+            entry["failed"] += int(not ok)
+    return list(out.values())
+
+
 def check_outcomes(data: Episodes, task: str) -> None:
     """Both outcomes must be present: successes anchor progress and positives, failures are the negatives."""
     n_ok = int(data.success.sum())

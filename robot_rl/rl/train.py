@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -140,11 +139,7 @@ def base_fingerprint(base) -> dict:
         return {"kind": None}
     out = {"kind": base.kind or type(base).__name__, "spec": base.spec.to_dict()}
     if base.kind:
-        h = hashlib.sha256()
-        for k, v in sorted(base.state_tensors().items()):
-            h.update(k.encode())
-            h.update(v.detach().cpu().contiguous().numpy().tobytes())
-        out["sha256"] = h.hexdigest()
+        out["sha256"] = base.weights_sha256()
     return out
 
 
