@@ -23,20 +23,19 @@ import numpy as np
 
 
 def lift_progress(obs: dict) -> np.ndarray:
-    """lift's progress [N] from observations {"object": [N, 11], "proprio": [N, 20]}: reach from cube - ee,
-    grasp from the pads' test (cube near the grip site, fingers closed on a cube-sized gap), lift from the
-    height to go; 1 where the height to go is <= 0 (success). Equals the env's info["progress"] (tested)."""
-    from sim.tasks.lift import default_config
+    """lift's progress [N] from observations {"object": [N, 11], "proprio": [N, 20]}: the task's own terms
+    (sim/tasks/lift.py reach_term / progress_of, sim/task.py held) fed with what the observation says: cube - ee,
+    gripper width, height to go (lift fraction; success where it is <= 0). Equals the env's info["progress"]
+    (tested)."""
+    from sim.task import held
+    from sim.tasks.lift import default_config, progress_of, reach_term
 
     cfg = default_config()
-    half, height = cfg.cube_half, cfg.lift_height
     obj, proprio = np.asarray(obs["object"], np.float64), np.asarray(obs["proprio"], np.float64)
-    d = np.sqrt((obj[:, 7:10] ** 2).sum(-1))  # |cube - ee|
-    to_go, width = obj[:, 10], proprio[:, 14]
-    reach = 1.0 - np.tanh(10.0 * d)
-    grasp = (d < 0.6 * half + 0.01) & (width < 2.0 * half * 1.42 + 0.002) & (width > 2.0 * half - 0.012)
-    lift = np.clip((height - to_go) / height, 0.0, 1.0)
-    return np.where(to_go <= 0, 1.0, 0.3 * reach + 0.2 * grasp + 0.5 * lift).astype(np.float32)
+    dist, to_go = np.sqrt((obj[:, 7:10] ** 2).sum(-1)), obj[:, 10]  # |cube - ee|, height to go
+    lift = np.clip((cfg.lift_height - to_go) / cfg.lift_height, 0.0, 1.0)
+    grasp = held(dist, proprio[:, 14], cfg.cube_half).astype(np.float64)
+    return progress_of(np, to_go <= 0, reach_term(np, dist), grasp, lift).astype(np.float32)
 
 
 def main(argv: list[str] | None = None) -> None:

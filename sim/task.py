@@ -104,6 +104,12 @@ class TaskConfig:
             raise ValueError(f"task {name}: arm_qpos_noise={self.arm_qpos_noise} must be >= 0")
 
 
+def held(dist, width, half):
+    """The pads' grasp test of a cube of half edge `half`: its centre within 0.6 half + 1 cm of the grip site
+    (`dist`) and the fingers closed on a cube-sized gap (`width`); works on numpy and JAX arrays alike."""
+    return (dist < 0.6 * half + 0.01) & (width < 2.0 * half * 1.42 + 0.002) & (width > 2.0 * half - 0.012)
+
+
 def lerp(u, lo_hi):
     """Map uniforms u in [0,1) onto [lo, hi)."""
     return lo_hi[0] + u * (lo_hi[1] - lo_hi[0])
@@ -207,11 +213,8 @@ class Task:
 
     def grasped_at(self, xp, phys: Phys, params, pos):
         """A cube of the object's size centred at `pos` [..., 3] is held between the pads."""
-        half = self.obj_half[1] * params["size"]
-        rel = pos - self.ee(phys)
-        near = xp.sqrt(xp.sum(rel**2, axis=-1)) < 0.6 * half + 0.01
-        w = self.gripper_width(phys)
-        return near & (w < 2.0 * half * 1.42 + 0.002) & (w > 2.0 * half - 0.012)
+        dist = xp.sqrt(xp.sum((pos - self.ee(phys)) ** 2, axis=-1))
+        return held(dist, self.gripper_width(phys), self.obj_half[1] * params["size"])
 
     # ---- the task's own functions (subclasses) -----------------------------------------------------
     def sample_reset(self, xp, u, params):

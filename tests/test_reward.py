@@ -278,17 +278,19 @@ def test_residual_rl_is_warned_when_the_reward_model_saw_no_rollouts_of_its_base
         other = ResidualPolicy.build(None, ResidualConfig(hidden=(8,)), env=env)  # other weights
     finally:
         env.close()
-    assert base.weights_sha256() != other.weights_sha256() and len(base.weights_sha256()) == 64
+    sha = base.weights_sha256()
+    assert sha != other.weights_sha256() and len(sha) == 64
     model = RewardModel.build(SPEC, hidden=(8,))
-    assert rollout_mismatch(model, base) is None  # a model from before the list was kept: nothing to tell
+    assert rollout_mismatch(model, sha) is None  # a model from before the list was kept: nothing to tell
     model.info = {"rollout_policies": [{"policy": "old/bc", "sha256": None, "episodes": 50, "failed": 40}]}
-    assert rollout_mismatch(model, base) is None  # stores from before the hash was recorded: cannot tell
+    assert rollout_mismatch(model, sha) is None  # stores from before the hash was recorded: cannot tell
     model.info["rollout_policies"].append({"policy": "runs/bc/policy", "sha256": other.weights_sha256(),
                                            "episodes": 200, "failed": 150})
-    msg = rollout_mismatch(model, base, "runs/weak/policy")
+    msg = rollout_mismatch(model, sha, "runs/weak/policy")
     assert "runs/bc/policy (200 episodes)" in msg and "(runs/weak/policy)" in msg
     assert "robot-rl-collect task=lift policy=runs/weak/policy episodes=200 out=ROLLOUTS" in msg
     assert "rollouts=ROLLOUTS" in msg
-    model.info["rollout_policies"].append({"policy": "copy", "sha256": base.weights_sha256(), "episodes": 9,
+    assert rollout_mismatch(model, None, "runs/weak/policy") is None  # a base without a weights hash: cannot tell
+    model.info["rollout_policies"].append({"policy": "copy", "sha256": sha, "episodes": 9,
                                            "failed": 9})
-    assert rollout_mismatch(model, base, "runs/weak/policy") is None
+    assert rollout_mismatch(model, sha, "runs/weak/policy") is None

@@ -130,7 +130,8 @@ def test_collect_policy_records_rollouts_with_source_policy(stores, tmp_path):
     assert model.info["rollout_policies"] == [{"policy": str(tmp_path / "policy"), "sha256": policy.weights_sha256(),
                                                "episodes": 3, "failed": 3}]
     assert json.loads((tmp_path / "reward" / "metrics.json").read_text())["rollout_policies"][0]["episodes"] == 3
-    assert rollout_mismatch(model, policy, "anywhere/policy") is None  # matched by weights, not by path
+    # matched by weights, not by path
+    assert rollout_mismatch(model, policy.weights_sha256(), "anywhere/policy") is None
 
 
 def test_failed_states_are_compared_in_the_tasks_progress_columns(stores, trained):

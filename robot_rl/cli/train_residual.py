@@ -173,12 +173,13 @@ def main(cfg: DictConfig) -> None:
         except (SpecMismatch, CheckpointError) as e:
             fail(str(e))
         warnings = []
-        if ws.learned_reward is not None and base is not None:
+        if ws.learned_reward is not None:  # the base's weights hash: hashed once, for the resume check
             from robot_rl.reward.model import rollout_mismatch
 
-            warnings = [m for m in [rollout_mismatch(ws.learned_reward.model, base, cfg.base)] if m]
-        for m in warnings:
-            warn(m)
+            msg = rollout_mismatch(ws.learned_reward.model, ws.resume_config["base"].get("sha256"), cfg.base)
+            if msg:
+                warn(msg)
+                warnings.append(msg)
         resumed = resume_or_fail(ws)
         write_config(run_dir, cfg)
         log = RunLog(run_dir, resume_step=ws.env_steps if resumed else None)

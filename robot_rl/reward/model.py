@@ -360,15 +360,15 @@ def load_reward_model(path: str | Path) -> RewardModel:
     return model
 
 
-def rollout_mismatch(model: RewardModel, base, base_path: str | None = None) -> str | None:
+def rollout_mismatch(model: RewardModel, base_sha256: str | None, base_path: str | None = None) -> str | None:
     """A warning (None: nothing to say) when the reward model's policy rollouts, its failed examples, hold none of
-    the base policy a residual run refines: both networks then judge states of how this base fails that they
-    never saw. The model's info["rollout_policies"] (robot-rl-train-reward, from the stores' collect metadata)
-    is matched by weights hash, so a copied or moved checkpoint still counts; models or stores from before the
-    hash was recorded give no warning."""
+    the base policy a residual run refines (`base_sha256`: its BasePolicy.weights_sha256(), which the run's resume
+    fingerprint already holds): both networks then judge states of how this base fails that they never saw. The
+    model's info["rollout_policies"] (robot-rl-train-reward, from the stores' collect metadata) is matched by
+    weights hash, so a copied or moved checkpoint still counts; models or stores from before the hash was
+    recorded give no warning."""
     recorded = [r for r in model.info.get("rollout_policies") or [] if r.get("sha256")]
-    sha = base.weights_sha256() if base is not None else None
-    if not recorded or sha is None or any(r["sha256"] == sha for r in recorded):
+    if not recorded or base_sha256 is None or any(r["sha256"] == base_sha256 for r in recorded):
         return None
     seen = ", ".join(f"{r.get('policy')} ({r.get('episodes')} episodes)" for r in recorded)
     where = base_path or "the base"
