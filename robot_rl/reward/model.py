@@ -373,8 +373,7 @@ def rollout_mismatch(model: RewardModel, base_sha256: str | None, base_path: str
     seen = ", ".join(f"{r.get('policy')} ({r.get('episodes')} episodes)" for r in recorded)
     where = base_path or "the base"
     return (f"the reward model's policy rollouts come from {seen}, none from the base this run refines ({where}), "
-            "so its progress model and classifier never saw how this base fails (lift, a weak base: the per-step "
-            "change of Phi correlated 0.32 with true progress on that base's rollouts, 0.49 after 200 of them were "
-            f"added to training). Record them with robot-rl-collect task={model.spec.task} policy={where} "
+            "so its progress model and classifier never saw how this base fails. Record them with "
+            f"robot-rl-collect task={model.spec.task} policy={where} "
             "episodes=200 out=ROLLOUTS (an existing store is appended to) and retrain robot-rl-train-reward with "
             "rollouts=ROLLOUTS")

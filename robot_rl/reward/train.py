@@ -306,10 +306,7 @@ def rollout_policies(stores: Sequence) -> list[dict]:
         for meta, src, ok in zip(store.episode_attr("metadata"), source, success):
             if str(src) != "policy":
                 continue
-            try:
-                meta = json.loads(str(meta)) if str(meta) else {}
-            except json.JSONDecodeError:
-                meta = {}
+            meta = json.loads(str(meta))  # the store validated it as a JSON object when it was appended
             key = (meta.get("policy_sha256"), meta.get("policy"))
             entry = out.setdefault(key, {"policy": key[1], "sha256": key[0], "episodes": 0, "failed": 0})
             entry["episodes"] += 1
