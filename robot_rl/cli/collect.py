@@ -68,7 +68,7 @@ def main(cfg: DictConfig) -> None:
             fail(str(e))
     write_config(run_dir, cfg)
 
-    from robot_rl.data.collect import collect
+    from robot_rl.data.collect import collect, policy_metadata
     from sim.experts import make_expert
 
     env = make_env(env_cfg)
@@ -76,8 +76,7 @@ def main(cfg: DictConfig) -> None:
         policy_path = cfg.get("policy")
         if policy_path is not None:
             actor, source, who = _load_policy(policy_path, env), "policy", "policy"
-            meta = {"backend": env_cfg.backend, "policy": str(policy_path),
-                    "policy_sha256": actor.policy.weights_sha256()}  # which policy failed (reward model's info)
+            meta = {"backend": env_cfg.backend, **policy_metadata(policy_path, actor.policy)}
         else:
             try:
                 actor = make_expert(env, noise=float(cfg.expert.noise), seed=int(cfg.seed))

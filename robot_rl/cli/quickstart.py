@@ -119,15 +119,14 @@ def main(cfg: DictConfig) -> None:
                 from policies import load_policy
                 from policies.runner import PolicyRunner
                 from robot_rl.data import EpisodeStore
-                from robot_rl.data.collect import collect
+                from robot_rl.data.collect import collect, policy_metadata
 
                 task = bar.add_task("rollouts: record BC episodes", total=int(cfg.rollouts))
                 path = out / "episodes.zarr"
                 runner = PolicyRunner(load_policy(run_dir / "bc" / "policy"), env.num_envs, env=env)
                 with EpisodeStore.open(path, mode="a") as store:
                     r = collect(env, runner, store, int(cfg.rollouts), seed=int(cfg.seed) + 1, source="policy",
-                                metadata={"policy": str(run_dir / "bc" / "policy"),
-                                          "policy_sha256": runner.policy.weights_sha256()},
+                                metadata=policy_metadata(run_dir / "bc" / "policy", runner.policy),
                                 progress=lambda n: bar.advance(task, n))
                 return {"store": str(path), **r}
 

@@ -371,7 +371,7 @@ def rollout_mismatch(model: RewardModel, base_sha256: str | None, base_path: str
     if not recorded or base_sha256 is None or any(r["sha256"] == base_sha256 for r in recorded):
         return None
     seen = ", ".join(f"{r.get('policy')} ({r.get('episodes')} episodes)" for r in recorded)
-    where = base_path or "the base"
+    where = base_path or "BASE"
     return (f"the reward model's policy rollouts come from {seen}, none from the base this run refines ({where}), "
             "so its progress model and classifier never saw how this base fails. Record them with "
             f"robot-rl-collect task={model.spec.task} policy={where} "
