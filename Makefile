@@ -28,7 +28,9 @@ $(VENV)/.installed: pyproject.toml
 quickstart: $(VENV)/.installed
 	$(VENV)/bin/robot-rl-quickstart
 
+# The layers contract (pyproject.toml [tool.importlinter]) first: a back-edge fails the run before any test.
 test: $(VENV)/.installed
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python -m pytest -q
 
 bench: $(VENV)/.installed

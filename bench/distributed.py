@@ -61,7 +61,7 @@ def phase(actors: int, env, base_path, args, root: Path) -> dict:
     from policies import load_policy
     from robot_rl.rl.distributed import DistributedConfig, DistributedWorkspace
     from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
-    from robot_rl.run_log import RunLog
+    from robot_rl.common.run_log import RunLog
 
     batch_steps = 16
     cfg = ResidualRLConfig(env_steps=10**9, time_budget_s=args.seconds, learning_starts=env.num_envs * batch_steps,
@@ -99,7 +99,7 @@ def collect_only(actors: int, env, base_path, seconds: float) -> dict:
     import ray
 
     from robot_rl.rl.distributed import EnvActor
-    from robot_rl.rl.residual import ResidualConfig
+    from policies.residual import ResidualConfig
 
     cls = ray.remote(EnvActor).options(num_cpus=1)
     reward = {"reward": "success", "reward_model": None, "shaping": 0.0, "gamma": 0.99}

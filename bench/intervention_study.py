@@ -28,7 +28,7 @@ def run_one(condition: str, seed: int, args) -> dict:
     from policies import load_policy
     from robot_rl.data import EpisodeStore
     from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace, write_results
-    from robot_rl.run_log import RunLog
+    from robot_rl.common.run_log import RunLog
 
     with initialize_config_module(config_module="configs", version_base=None):
         node = compose(config_name="train_residual").rl

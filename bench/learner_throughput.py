@@ -53,7 +53,7 @@ def ours(obs_dim: int, action_dim: int, args, rng):
     import dataclasses
 
     from robot_rl.rl.learner import Learner, LearnerConfig
-    from robot_rl.rl.residual import ResidualActor, ResidualConfig
+    from policies.residual import ResidualActor, ResidualConfig
 
     over = {"critic_warmup": 0, "compile": bool(args.compile)}
     if args.num_critics:

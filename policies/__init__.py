@@ -17,7 +17,7 @@ REGISTRY = {
     "diffusion": "policies.diffusion.policy:DiffusionPolicy",
     "vla": "policies.vla.policy:VLAPolicy",
     "lerobot": "policies.external:LeRobotPolicy",
-    "residual": "robot_rl.rl.residual:ResidualPolicy",
+    "residual": "policies.residual:ResidualPolicy",
 }
 
 
@@ -30,7 +30,7 @@ def policy_class(kind: str) -> type[BasePolicy]:
 
 def load_policy(path: str | Path, device: str = "cpu") -> BasePolicy:
     """Load any saved BasePolicy checkpoint directory onto `device`."""
-    from robot_rl import checkpoint
+    from robot_rl.common import checkpoint
 
     tensors, cfg = checkpoint.load(path, device=device)
     kind = cfg.get("kind")

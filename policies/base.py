@@ -186,7 +186,7 @@ class BasePolicy(abc.ABC):
 
     def save(self, path: str | Path) -> Path:
         """Write safetensors weights + JSON config atomically to the directory `path`."""
-        from robot_rl import checkpoint
+        from robot_rl.common import checkpoint
 
         if not self.kind:
             raise TypeError(f"{type(self).__name__} cannot be saved (no registry kind)")

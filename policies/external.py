@@ -178,7 +178,7 @@ class LeRobotPolicy(BasePolicy):
 
     @classmethod
     def from_checkpoint(cls, tensors: dict, config: dict, spec: PolicySpec, device: str) -> "LeRobotPolicy":
-        from robot_rl.checkpoint import CheckpointError
+        from robot_rl.common.checkpoint import CheckpointError
 
         mapping = LeRobotMapping(**{**config, "device": device})
         try:

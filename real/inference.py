@@ -73,7 +73,7 @@ def _serve(conn, source: str, env_cfg_dict: dict, expert_noise: float, seed: int
             except ImportError:
                 pass
         from sim.config import from_mapping
-        from sim.env import make_from_config
+        from sim.make import make_from_config
 
         env = make_from_config(from_mapping(env_cfg_dict))
         policy = build_policy(source, env, expert_noise, seed)

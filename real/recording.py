@@ -13,7 +13,7 @@ step, else "expert" for the scripted expert and "policy" otherwise. An episode c
 node stopping) is committed with metadata partial = true and success = false.
 
 The rosbag holds every message the node received or sent on its topics as ROS 2 CDR (the IDL bytes are
-ROS 2's, real/messages.py), so `ros2 bag play` and `robot-rl-data import-rosbag` read it.
+ROS 2's, real/messages.py), so `ros2 bag play` and `robot-rl-import-rosbag` read it.
 """
 
 from __future__ import annotations

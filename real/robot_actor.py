@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from robot_rl.rl.distributed import BatchActor, load_weights, make_actor_env, make_actor_policy, process_setup
-from robot_rl.rl.residual import flatten_obs
+from policies.residual import flatten_obs
 
 HEARTBEAT_S = 2.0  # collect() waits this long for enough transitions before answering a heartbeat
 

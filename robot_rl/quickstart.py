@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from robot_rl.atomic import atomic_write_text
-from robot_rl.run_dir import write_metrics
+from robot_rl.common.atomic import atomic_write_text
+from robot_rl.common.run_dir import write_metrics
 
 STAGES = ("expert", "demos", "bc", "eval_bc", "rollouts", "reward", "residual", "eval_residual", "deploy")
 

@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from robot_rl.atomic import atomic_write_text
+from robot_rl.common.atomic import atomic_write_text
 
 # (stage, label) of the policies compared in the success bars, in pipeline order.
 SUCCESS_STAGES = (("expert", "scripted expert"), ("eval_bc", "diffusion BC"), ("eval_residual", "BC + residual RL"))

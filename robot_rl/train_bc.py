@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robot_rl import checkpoint
-from robot_rl.run_dir import write_metrics
+from robot_rl.common import checkpoint
+from robot_rl.common.run_dir import write_metrics
 
 # Changing any of these between a checkpoint and its resume would silently train another model
 # (`steps` may grow: that extends the run).

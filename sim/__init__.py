@@ -6,7 +6,8 @@ choose_gl_backend()  # before anything imports mujoco
 
 
 from sim.config import ConfigError, EnvConfig, RandomizationConfig
-from sim.env import BatchedEnv, make, make_from_config
+from sim.env import BatchedEnv
+from sim.make import env_config, make, make_from_config
 from sim.tasks import TASKS
 
-__all__ = ["BatchedEnv", "ConfigError", "EnvConfig", "RandomizationConfig", "TASKS", "make", "make_from_config"]
+__all__ = ["BatchedEnv", "ConfigError", "EnvConfig", "RandomizationConfig", "TASKS", "env_config", "make", "make_from_config"]

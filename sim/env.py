@@ -1,4 +1,4 @@
-"""The batched environment interface and `make()`: task + backend from one EnvConfig.
+"""The batched environment interface (BatchedEnv); sim/make.py builds one from an EnvConfig.
 
 Host API (both backends, numpy in / numpy out):
   reset(seed) -> obs                      obs: dict of float32 arrays [N, dim] (`obs_dims`), plus
@@ -165,22 +165,3 @@ class BatchedEnv:
 
 def _tuplify(v):
     return tuple(v) if isinstance(v, list) else v
-
-
-def make(task: str = "lift", backend: str = "mujoco", num_envs: int = 16, **overrides) -> BatchedEnv:
-    """Build a batched env: `sim.make("lift", backend="mjx", num_envs=256, randomization={...})`."""
-    from sim.config import from_mapping
-
-    cfg = from_mapping(dict(task=task, backend=backend, num_envs=num_envs, **overrides))
-    return make_from_config(cfg)
-
-
-def make_from_config(cfg: EnvConfig) -> BatchedEnv:
-    cfg.validate(TASKS)
-    if cfg.backend == "mujoco":
-        from sim.backends.mujoco_cpu import MujocoEnv
-
-        return MujocoEnv(cfg)
-    from sim.backends.mjx import MjxBatchedEnv
-
-    return MjxBatchedEnv(cfg)

@@ -13,12 +13,12 @@ import ray
 
 import sim
 from conftest import run_cli
-from robot_rl.checkpoint import load_training
+from robot_rl.common.checkpoint import load_training
 from robot_rl.rl.distributed import DistributedConfig, DistributedWorkspace
 from robot_rl.rl.learner import LearnerConfig
-from robot_rl.rl.residual import ResidualConfig
+from policies.residual import ResidualConfig
 from robot_rl.rl.train import ResidualRLConfig, from_scratch
-from robot_rl.run_log import RunLog
+from robot_rl.common.run_log import RunLog
 from test_rl_cli import TINY_ENV, TINY_RL, _checkpoint
 
 BATCH_STEPS = 4  # vector steps per actor batch: with 2 envs, 8 transitions

@@ -20,9 +20,10 @@ import sim
 from conftest import BIN, assert_one_line_error, run_cli
 from robot_rl.rl.distributed import DistributedConfig, DistributedWorkspace
 from robot_rl.rl.learner import LearnerConfig
-from robot_rl.rl.residual import ResidualConfig
+from policies.residual import ResidualConfig
+from real.robot_actor import RobotActor
 from robot_rl.rl.train import ResidualRLConfig
-from robot_rl.run_log import RunLog
+from robot_rl.common.run_log import RunLog
 from test_distributed import _assert_each_transition_once, _row_tags
 from test_real_config import compose
 from test_real_node import topic_overrides
@@ -84,7 +85,8 @@ def test_robot_actor_trains_through_the_deploy_node_on_a_sim_driver_over_dds(rob
             learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=16, critic_warmup=2, policy_delay=1))
         dist = DistributedConfig(actors=0, robots=[{"name": "arm1", "store": str(tmp_path / "arm1.zarr")}], batch_steps=BATCH_STEPS, weight_sync_every=2,
                                  actor_timeout_s=120)
-        ws = DistributedWorkspace(tmp_path / "run", cfg, env, base, dist, base_path=base_path, deploy=deploy)
+        ws = DistributedWorkspace(tmp_path / "run", cfg, env, base, dist, base_path=base_path, deploy=deploy,
+                                  robot_actor=RobotActor)
 
         # An operator holds the teleop dead-man switch for 0.6 s once the second batch is in: those steps are the
         # human's.

@@ -21,7 +21,7 @@ import sim
 from policies import SpecMismatch, load_policy
 from policies.external import LEROBOT_EXTRA, LeRobotPolicy, import_lerobot
 from policies.runner import PolicyRunner
-from robot_rl.checkpoint import CheckpointError
+from robot_rl.common.checkpoint import CheckpointError
 
 SIZE = 24
 

@@ -11,9 +11,9 @@ from policies.expert import ExpertPolicy
 from robot_rl.data import EpisodeStore
 from robot_rl.data.collect import collect
 from robot_rl.rl.learner import LearnerConfig
-from robot_rl.rl.residual import ResidualConfig
+from policies.residual import ResidualConfig
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
-from robot_rl.run_log import RunLog
+from robot_rl.common.run_log import RunLog
 from sim.experts import make_expert
 
 

@@ -13,7 +13,7 @@ import sim
 from policies import BasePolicy, PolicySpec, SpecMismatch, load_policy
 from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy, ddim_coefficients
 from policies.runner import PolicyRunner
-from robot_rl.checkpoint import CheckpointError
+from robot_rl.common.checkpoint import CheckpointError
 from robot_rl.data.stats import KeyStats
 
 SMALL = DiffusionConfig(dims=(16, 32), step_embed_dim=16, pred_horizon=8, action_horizon=4, inference_steps=4,

@@ -1,4 +1,4 @@
-"""robot-rl-data import-rosbag: a rosbag2 of joint states and joint commands becomes episodes.
+"""robot-rl-import-rosbag: a rosbag2 of joint states and joint commands becomes episodes.
 
 The bag is written with rosbags from a sim episode of the scripted expert, as a ros2_control robot would
 have logged it (joint states and JointTrajectory commands at the control rate, object poses, episode
@@ -77,7 +77,7 @@ def test_import_rosbag_turns_joint_states_and_trajectory_commands_into_the_episo
     from robot_rl.data.episode_store import EpisodeStore
 
     observations, actions, success = write_expert_bag(tmp_path / "bag")
-    proc = run_cli("robot-rl-data", "import-rosbag", str(tmp_path / "bag"), str(tmp_path / "out.zarr"),
+    proc = run_cli("robot-rl-import-rosbag", str(tmp_path / "bag"), str(tmp_path / "out.zarr"),
                    "deploy.command_type=joint_trajectory", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     store = EpisodeStore.open(tmp_path / "out.zarr")
@@ -99,13 +99,13 @@ def test_import_rosbag_turns_joint_states_and_trajectory_commands_into_the_episo
 
 
 def test_import_rosbag_refuses_missing_bags_and_bags_without_commands(tmp_path):
-    proc = run_cli("robot-rl-data", "import-rosbag", str(tmp_path / "nope"), str(tmp_path / "out.zarr"), timeout=120)
+    proc = run_cli("robot-rl-import-rosbag", str(tmp_path / "nope"), str(tmp_path / "out.zarr"), timeout=120)
     assert_one_line_error(proc, "does not exist")
     w = Writer(tmp_path / "states_only", version=8, storage_plugin=StoragePlugin.MCAP)
     w.open()
     c = w.add_connection("/joint_states", "sensor_msgs/msg/JointState", typestore=get_typestore(Stores.ROS2_HUMBLE))
     w.write(c, 1, M.JointState(name=["joint1"], position=[0.0]).serialize())
     w.close()
-    proc = run_cli("robot-rl-data", "import-rosbag", str(tmp_path / "states_only"), str(tmp_path / "out.zarr"), timeout=120)
+    proc = run_cli("robot-rl-import-rosbag", str(tmp_path / "states_only"), str(tmp_path / "out.zarr"), timeout=120)
     assert_one_line_error(proc, "no commands on /forward_position_controller/commands")
     assert not (tmp_path / "out.zarr").exists()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from policies.base import SpecMismatch
-from robot_rl.checkpoint import CheckpointError
+from robot_rl.common.checkpoint import CheckpointError
 from robot_rl.reward import LearnedReward, RewardModel, RewardSpec, load_reward_model, potential_shaping
 from robot_rl.reward import labels as L
 from robot_rl.reward.metrics import auroc, rankdata, rates, spearman, threshold_for_tpr
@@ -259,7 +259,7 @@ def test_reward_model_for_another_task_or_obs_spec_is_refused_naming_the_mismatc
 
 
 def test_a_policy_checkpoint_is_not_taken_for_a_reward_model(tmp_path):
-    from robot_rl import checkpoint
+    from robot_rl.common import checkpoint
 
     checkpoint.save(tmp_path / "policy", {"w": torch.zeros(1)}, {"kind": "diffusion", "spec": {}})
     with pytest.raises(CheckpointError, match="'diffusion' checkpoint, not a reward model"):
@@ -269,7 +269,7 @@ def test_a_policy_checkpoint_is_not_taken_for_a_reward_model(tmp_path):
 def test_residual_rl_is_warned_when_the_reward_model_saw_no_rollouts_of_its_base():
     import sim
     from robot_rl.reward.model import rollout_mismatch
-    from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+    from policies.residual import ResidualConfig, ResidualPolicy
 
     env = sim.make("lift", num_envs=1)
     try:

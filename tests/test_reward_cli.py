@@ -102,7 +102,7 @@ def test_collect_policy_records_rollouts_with_source_policy(stores, tmp_path):
     from policies import load_policy
     from robot_rl.reward import load_reward_model
     from robot_rl.reward.model import rollout_mismatch
-    from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+    from policies.residual import ResidualConfig, ResidualPolicy
 
     env = sim.make("lift", num_envs=2)
     ResidualPolicy.build(None, ResidualConfig(), env=env).save(tmp_path / "policy")  # zero actions: failures

@@ -195,7 +195,7 @@ def _image_model(seed: int = 0, task: str = "color_lift") -> RewardModel:
 
 def test_collector_computes_the_learned_reward_from_frames_and_episode_instructions(env):
     from robot_rl.rl.replay import Replay
-    from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+    from policies.residual import ResidualConfig, ResidualPolicy
     from robot_rl.rl.rollout import Collector
 
     model = _image_model()

@@ -12,7 +12,7 @@ from policies.base import SpecMismatch
 from robot_rl.reward import LearnedReward, RewardModel, RewardSpec
 from robot_rl.reward.shaping import relabel_replay
 from robot_rl.rl.replay import Replay
-from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+from policies.residual import ResidualConfig, ResidualPolicy
 from robot_rl.rl.rollout import Collector
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
 
@@ -166,7 +166,7 @@ def test_demo_transitions_are_relabeled_with_the_learned_reward(env):
 
 def test_shaping_weight_decays_linearly_over_training_and_is_logged(env, tmp_path):
     from robot_rl.rl.learner import LearnerConfig
-    from robot_rl.run_log import RunLog
+    from robot_rl.common.run_log import RunLog
 
     model = _model(env)
     model.threshold = float(np.median(model.success_prob(env.reset(0))))

@@ -10,7 +10,7 @@ import torch
 
 from robot_rl.rl.critic import EnsembleCritic
 from robot_rl.rl.learner import Learner, LearnerConfig
-from robot_rl.rl.residual import ResidualActor, ResidualConfig
+from policies.residual import ResidualActor, ResidualConfig
 
 OBS, ACT = 6, 2
 
@@ -126,7 +126,7 @@ def test_non_finite_loss_raises_naming_the_loss_and_update():
 
 
 def test_learner_state_round_trip_through_a_checkpoint_continues_identically(tmp_path):
-    from robot_rl import checkpoint
+    from robot_rl.common import checkpoint
 
     a = _learner(critic_warmup=0)
     for i in range(3):

@@ -11,9 +11,9 @@ import sim
 from policies import load_policy
 from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
 from policies.runner import PolicyRunner
-from robot_rl.checkpoint import CheckpointError
+from robot_rl.common.checkpoint import CheckpointError
 from robot_rl.data.stats import KeyStats
-from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+from policies.residual import ResidualConfig, ResidualPolicy
 
 SMALL = DiffusionConfig(dims=(16, 32), step_embed_dim=16, pred_horizon=8, action_horizon=4, inference_steps=4,
                         train_steps=20, jit=False)

@@ -13,7 +13,7 @@ from policies import SpecMismatch, load_policy
 from policies.expert import ExpertPolicy
 from robot_rl.evaluation import evaluate_policy
 from robot_rl.rl.learner import LearnerConfig
-from robot_rl.rl.residual import ResidualConfig
+from policies.residual import ResidualConfig
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace, from_scratch, train
 from robot_rl.train_bc import ResumeMismatch
 

@@ -392,7 +392,7 @@ def test_deploy_node_sends_the_configured_instruction(trained, env):
 
 def test_residual_rl_feeds_a_vla_base_frames_and_instructions(trained, store_path):
     from robot_rl.rl.replay import demo_replay
-    from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+    from policies.residual import ResidualConfig, ResidualPolicy
 
     policy, _ = trained
     residual = ResidualPolicy.build(policy, ResidualConfig())  # zero residual: acts as its base
@@ -411,7 +411,7 @@ def test_residual_with_base_features_reads_what_only_frames_and_instruction_tell
     """residual.base_features: the residual's input is the state + the VLA's trunk memory, which follows the
     instruction; collection, demo relabeling, act() and checkpoints all build the same input."""
     from robot_rl.rl.replay import Replay, demo_replay
-    from robot_rl.rl.residual import ResidualConfig, ResidualPolicy
+    from policies.residual import ResidualConfig, ResidualPolicy
     from robot_rl.rl.rollout import Collector
 
     policy, _ = trained

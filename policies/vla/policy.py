@@ -312,7 +312,7 @@ class VLAPolicy(BasePolicy):
         try:
             policy = cls(spec, cfg, Normalizer.from_tensors(tensors))
         except ImportError as e:  # the sentence encoder of the vla extra
-            from robot_rl.checkpoint import CheckpointError
+            from robot_rl.common.checkpoint import CheckpointError
 
             raise CheckpointError(f"this VLA checkpoint reads instructions: {e}") from None
         ema = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}

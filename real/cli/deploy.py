@@ -18,9 +18,9 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from real.cli import single_env_and_deploy_config
-from robot_rl.cli.common import fail, make_env, number, whole
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from real.cli import model_env, single_env_and_deploy_config
+from robot_rl.common.cli import fail, number, whole
+from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
 def check_command_config(cfg: DictConfig):
@@ -52,9 +52,8 @@ def run(cfg: DictConfig) -> dict:
     from pathlib import Path
 
     from policies.base import SpecMismatch
-    from real.config import DeployConfigError, check_against_model
     from real.inference import InferenceWorker, PolicyLoadError
-    from real.node import ControlNode, bag_topics, model_joints
+    from real.node import ControlNode, bag_topics
     from real.recording import DeploymentRecorder, RecordingError
     from real.residual import load_residual
     from real.transport import make_transport
@@ -62,11 +61,7 @@ def run(cfg: DictConfig) -> dict:
     env_cfg, dcfg = check_command_config(cfg)
     if cfg.record.rosbag is not None and Path(cfg.record.rosbag).exists():
         fail(f"record.rosbag={cfg.record.rosbag!r} already exists; give a new directory")
-    env = make_env(env_cfg)
-    try:
-        check_against_model(dcfg, model_joints(env))
-    except DeployConfigError as e:
-        fail(str(e))
+    env = model_env(env_cfg, dcfg)
     try:
         residual = load_residual(OmegaConf.to_container(cfg.residual, resolve=True) if cfg.residual is not None else None)
     except Exception as e:  # noqa: BLE001 - import errors, bad kwargs: one line naming the residual

@@ -14,15 +14,13 @@ import signal
 import hydra
 from omegaconf import DictConfig
 
-from real.cli import single_env_and_deploy_config
-from robot_rl.cli.common import fail, make_env, number, whole
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from real.cli import model_env, single_env_and_deploy_config
+from robot_rl.common.cli import fail, number, whole
+from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="sim_driver")
 def main(cfg: DictConfig) -> None:
-    from real.config import DeployConfigError, check_against_model
-    from real.node import model_joints
     from real.sim_driver import NodeTimeout, SimDriver
     from real.transport import make_transport
 
@@ -38,11 +36,7 @@ def main(cfg: DictConfig) -> None:
         number(f"noise.{k}", cfg.noise[k])
     if dcfg.transport != "dds":
         fail(f"deploy.transport={dcfg.transport!r}: the sim driver speaks DDS only; use a deploy profile with transport: dds")
-    env = make_env(env_cfg)
-    try:
-        check_against_model(dcfg, model_joints(env))
-    except DeployConfigError as e:
-        fail(str(e))
+    env = model_env(env_cfg, dcfg)
     run_dir = current_run_dir()
     write_config(run_dir, cfg)
     transport = make_transport("dds", name="robot_rl_sim_driver", domain_id=dcfg.domain_id, loopback=dcfg.loopback,

@@ -17,8 +17,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from robot_rl.cli.common import env_config, fail, make_env, number, progress_bar, whole
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from robot_rl.common.cli import fail, number, progress_bar, whole
+from robot_rl.cli.common import env_config, make_env
+from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
 def _check_config(cfg: DictConfig):
@@ -42,7 +43,7 @@ def _load_policy(path: str, env):
     """A PolicyRunner around the BasePolicy at `path`, checked against `env` (fails with one message)."""
     from policies import SpecMismatch, load_policy
     from policies.runner import PolicyRunner
-    from robot_rl.checkpoint import CheckpointError
+    from robot_rl.common.checkpoint import CheckpointError
 
     try:
         policy = load_policy(path)

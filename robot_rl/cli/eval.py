@@ -14,9 +14,9 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from robot_rl.cli.common import (env_config, fail, load_checkpoint, make_env, number, progress_bar, set_torch_threads,
-                                 whole)
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from robot_rl.common.cli import fail, number, progress_bar, whole
+from robot_rl.cli.common import env_config, load_checkpoint, make_env, set_torch_threads
+from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
 def load(policy: str, env, cfg: DictConfig):

@@ -15,10 +15,11 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from robot_rl.cli.common import env_config, fail, make_env, number, progress_bar, set_torch_threads, whole
+from robot_rl.common.cli import fail, number, progress_bar, whole
+from robot_rl.cli.common import env_config, make_env, set_torch_threads
 from robot_rl.cli.train_bc import bc_config, open_store, policy_config
 from robot_rl.cli.train_residual import rl_config, run_with_budget_bar
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
 def reward_config(node):
@@ -95,7 +96,7 @@ def main(cfg: DictConfig) -> None:
                 return {"store": str(demos_path), "noise": float(cfg.demo_noise), **r}
 
             def bc(out):
-                from robot_rl.run_log import RunLog
+                from robot_rl.common.run_log import RunLog
                 from robot_rl.train_bc import BCWorkspace, write_results
 
                 store = open_store(str(demos_path), env_cfg, env.obs_dims)
@@ -134,7 +135,7 @@ def main(cfg: DictConfig) -> None:
                 from robot_rl.data import EpisodeStore
                 from robot_rl.reward.model import CHECKPOINT_DIR, RewardSpec
                 from robot_rl.reward.train import load_episodes, train_reward
-                from robot_rl.run_log import RunLog
+                from robot_rl.common.run_log import RunLog
 
                 stores = [EpisodeStore.open(demos_path), EpisodeStore.open(run_dir / "rollouts" / "episodes.zarr")]
                 data = load_episodes(stores, RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims)))
@@ -153,7 +154,7 @@ def main(cfg: DictConfig) -> None:
             def residual(out):
                 from policies import load_policy
                 from robot_rl.rl.train import ResidualWorkspace, write_results
-                from robot_rl.run_log import RunLog
+                from robot_rl.common.run_log import RunLog
 
                 store = open_store(str(demos_path), env_cfg, env.obs_dims)
                 ws = ResidualWorkspace(out, rl_cfg, env, load_policy(run_dir / "bc" / "policy"), demo_store=store)

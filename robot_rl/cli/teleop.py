@@ -22,8 +22,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from robot_rl.cli.common import env_config, fail, make_env, set_torch_threads, whole
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from robot_rl.common.cli import fail, whole
+from robot_rl.cli.common import env_config, make_env, set_torch_threads
+from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 TRI = ("auto", True, False)
 
@@ -70,7 +71,7 @@ def _scripted_config(cfg: DictConfig, supervising: bool):
 def _load_policy(path: str, env, device: str):
     from policies import SpecMismatch, load_policy
     from policies.runner import PolicyRunner
-    from robot_rl.checkpoint import CheckpointError
+    from robot_rl.common.checkpoint import CheckpointError
 
     try:
         pol = load_policy(path, device=device)

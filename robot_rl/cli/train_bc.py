@@ -16,8 +16,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from robot_rl.cli.common import env_config, fail, make_env, progress_bar, resume_or_fail, set_torch_threads, whole
-from robot_rl.run_dir import current_run_dir, write_config
+from robot_rl.common.cli import fail, progress_bar, whole
+from robot_rl.cli.common import env_config, make_env, resume_or_fail, set_torch_threads
+from robot_rl.common.run_dir import current_run_dir, write_config
 
 
 # policy kind -> its config class ("module:Class"); the kind's policy class is in policies.REGISTRY
@@ -164,8 +165,8 @@ def main(cfg: DictConfig) -> None:
     run_dir = current_run_dir()
 
     from policies import SpecMismatch
-    from robot_rl.checkpoint import CheckpointError
-    from robot_rl.run_log import RunLog
+    from robot_rl.common.checkpoint import CheckpointError
+    from robot_rl.common.run_log import RunLog
     from robot_rl.train_bc import BCWorkspace, write_results
 
     env = make_env(env_cfg)

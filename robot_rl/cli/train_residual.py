@@ -22,9 +22,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from robot_rl.cli.common import (env_config, fail, load_checkpoint, make_env, progress_bar, resume_or_fail,
-                                 set_torch_threads, warn, whole)
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from robot_rl.common.cli import fail, progress_bar, warn, whole
+from robot_rl.cli.common import env_config, load_checkpoint, make_env, resume_or_fail, set_torch_threads
+from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 MODES = ("residual", "scratch", "base")
 
@@ -131,11 +131,11 @@ def main(cfg: DictConfig) -> None:
     t0 = time.perf_counter()
 
     from policies import SpecMismatch
-    from robot_rl.checkpoint import CheckpointError
+    from robot_rl.common.checkpoint import CheckpointError
     from robot_rl.cli.train_bc import open_store
     from robot_rl.evaluation import evaluate_policy
     from robot_rl.rl.train import ResidualWorkspace, from_scratch, write_results
-    from robot_rl.run_log import RunLog
+    from robot_rl.common.run_log import RunLog
 
     env = make_env(env_cfg)
     eval_env = make_env(eval_env_cfg)
@@ -161,10 +161,14 @@ def main(cfg: DictConfig) -> None:
             if dist.actors > 0 or dist.robots:
                 from robot_rl.rl.distributed import ActorFailure, DistributedWorkspace
 
+                robot_actor = None
+                if dist.robots:
+                    from real.robot_actor import RobotActor as robot_actor
                 stops += (ActorFailure,)  # an actor that cannot start, or keeps dying
                 ws = DistributedWorkspace(run_dir, rl, env, base, dist, demo_store=store, eval_env=eval_env,
                                           base_path=cfg.base if base is not None else None,
-                                          deploy=OmegaConf.to_container(cfg.deploy, resolve=True))
+                                          deploy=OmegaConf.to_container(cfg.deploy, resolve=True),
+                                          robot_actor=robot_actor)
                 where = dist.address or "a local Ray instance"
                 robots = f" + robot actors {', '.join(r.name for r in dist.robots)}" if dist.robots else ""
                 print(f"distributed: {dist.actors} env actors x {env_cfg.num_envs} envs{robots} on {where}")

@@ -18,8 +18,9 @@ import time
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from robot_rl.cli.common import env_config, fail, make_env, progress_bar, set_torch_threads, whole
-from robot_rl.run_dir import current_run_dir, write_config, write_metrics
+from robot_rl.common.cli import fail, progress_bar, whole
+from robot_rl.cli.common import env_config, make_env, set_torch_threads
+from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 # steps / batch_size: auto -> (state-only, with cameras); frames through the ResNet are the cost on CPU
 AUTO = {"steps": (3000, 500), "batch_size": (512, 64)}
@@ -146,7 +147,7 @@ def main(cfg: DictConfig) -> None:
 
     from robot_rl.reward.model import CHECKPOINT_DIR
     from robot_rl.reward.train import RewardDataError, load_episodes, rollout_policies, train_reward
-    from robot_rl.run_log import RunLog
+    from robot_rl.common.run_log import RunLog
 
     env = make_env(env_cfg)  # only for the task's observation spec
     try:

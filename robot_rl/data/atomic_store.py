@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from robot_rl.atomic import atomic_put
+from robot_rl.common.atomic import atomic_put
 from zarr.storage import LocalStore
 
 # Temp files end in one of these; a writer sweeps leftovers of killed writers when it opens a store

@@ -1,5 +1,5 @@
 """The reward model: a progress model Phi(obs[, instruction]) -> [0, 1] and a success classifier with its
-calibrated threshold, saved together as one checkpoint (safetensors + JSON, robot_rl.checkpoint).
+calibrated threshold, saved together as one checkpoint (safetensors + JSON, robot_rl.common.checkpoint).
 
     model = load_reward_model("runs/train_reward/<run>")     # a run directory or its reward_model/
     model.spec.check_env(env)                                # SpecMismatch naming every difference
@@ -326,7 +326,7 @@ class RewardModel:
 
     def save(self, path: str | Path) -> Path:
         """Write model.safetensors + config.json atomically to the directory `path`."""
-        from robot_rl import checkpoint
+        from robot_rl.common import checkpoint
 
         tensors = {f"progress.{k}": v for k, v in self.progress_net.state_dict().items()}
         tensors.update({f"success.{k}": v for k, v in self.success_net.state_dict().items()})
@@ -335,7 +335,7 @@ class RewardModel:
 
 def load_reward_model(path: str | Path) -> RewardModel:
     """A reward model from its checkpoint directory or from the robot-rl-train-reward run directory holding it."""
-    from robot_rl import checkpoint
+    from robot_rl.common import checkpoint
 
     path = Path(path)
     if (path / CHECKPOINT_DIR / checkpoint.CONFIG).is_file():

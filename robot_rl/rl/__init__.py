@@ -1,6 +1,5 @@
-"""Residual off-policy RL on a frozen base policy.
+"""Residual off-policy RL on a frozen base policy (the policy itself, ResidualPolicy, is in policies/residual.py).
 
-    residual.py   ResidualPolicy (a BasePolicy: base chunks open-loop + per-step residual), ResidualActor
     critic.py     EnsembleCritic: N Q-heads in one batched pass
     replay.py     time-major ring replay, n-step targets, demo buffer relabeled with the base's actions
     learner.py    TD3-style update (ensemble targets, smoothing, delay, warm-up, clipping)

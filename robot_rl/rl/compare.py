@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from robot_rl.atomic import save_figure
+from robot_rl.common.atomic import save_figure
 
 X_AXES = ("steps", "time")
 

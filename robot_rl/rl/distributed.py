@@ -55,9 +55,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from robot_rl import checkpoint
+from robot_rl.common import checkpoint
 from robot_rl.rl.replay import Replay, add_transitions
-from robot_rl.rl.residual import ResidualConfig, ResidualPolicy, from_dict
+from policies.residual import ResidualConfig, ResidualPolicy, from_dict
 from robot_rl.rl.rollout import Collector
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace, _Clock
 
@@ -201,12 +201,7 @@ def make_actor_env(env_cfg: dict):
     import sim
     from sim.config import from_mapping
 
-    cfg = from_mapping(env_cfg)
-    if cfg.backend == "mjx":
-        from robot_rl.jax_cache import enable_compilation_cache
-
-        enable_compilation_cache()
-    return sim.make_from_config(cfg)
+    return sim.make_from_config(from_mapping(env_cfg))
 
 
 def make_actor_policy(env, base_path: str | None, device: str, residual: dict) -> ResidualPolicy:
@@ -404,10 +399,7 @@ class ActorPool:
                     ws.reward_args, ws.cfg.explore_std, d.batch_steps, seed, self.next_seq[slot], d.retain_batches,
                     d.actor_threads, ws.cfg.hil if ws.cfg.interventions == "scripted" else None)
         else:
-            # The deploy side provides the robot actor (real/ sits above robot_rl/rl; imported only for robots).
-            from real.robot_actor import RobotActor
-
-            cls = RobotActor
+            cls = ws.robot_actor  # handed in by the deploy side (real/ sits above this layer)
             args = (slot, robot.name, ws.robot_deploy(robot), ws.env_cfg, ws.base_path, d.actor_device,
                     dataclasses.asdict(ws.cfg.residual), ws.reward_args, ws.cfg.explore_std, d.batch_steps, seed,
                     self.next_seq[slot], d.retain_batches, d.actor_threads, robot.store)
@@ -600,10 +592,11 @@ class DistributedWorkspace(ResidualWorkspace):
     `env` (and `eval_env`) give the shapes and the env configs the actors build their own envs from; the learner
     never steps them. `base_path`: the base's checkpoint directory, loaded inside every actor (None: no base).
     `deploy`: the deploy config mapping (configs/deploy) the robot actors' nodes start from (each robot's own
-    overrides on top); needed with distributed.robots only."""
+    overrides on top) and `robot_actor`: the Ray actor class that runs them (real.robot_actor.RobotActor: the
+    deploy side sits above this layer and hands its actor in); both needed with distributed.robots only."""
 
     def __init__(self, run_dir, cfg: ResidualRLConfig, env, base, dist: DistributedConfig, base_path: str | None,
-                 demo_store=None, eval_env=None, deploy: dict | None = None):
+                 demo_store=None, eval_env=None, deploy: dict | None = None, robot_actor: type | None = None):
         if dist.actors + len(dist.robots) < 1:
             raise ValueError(f"distributed.actors={dist.actors} and no distributed.robots: distributed training "
                              "needs at least one actor")
@@ -614,6 +607,10 @@ class DistributedWorkspace(ResidualWorkspace):
             check_robot_config(cfg, base)
             if not deploy:
                 raise ValueError("distributed.robots needs the deploy config (configs/deploy/*) its nodes start from")
+            if robot_actor is None:
+                raise ValueError("distributed.robots needs the robot actor class of the deploy side: pass "
+                                 "robot_actor=real.robot_actor.RobotActor")
+        self.robot_actor = robot_actor
         self.dist = dist  # before the workspace is built: takes_interventions() reads it
         self.deploy = dict(deploy or {})
         super().__init__(run_dir, cfg, env, base, demo_store=demo_store, eval_env=eval_env)

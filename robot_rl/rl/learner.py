@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from robot_rl.rl.critic import EnsembleCritic, random_heads
-from robot_rl.rl.residual import ResidualActor, from_dict
+from policies.residual import ResidualActor, from_dict
 
 
 @dataclasses.dataclass

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.rl.replay import POTENTIAL_FIELDS, Replay
-from robot_rl.rl.residual import BaseActionQueue, ResidualPolicy
+from policies.residual import BaseActionQueue, ResidualPolicy
 
 REWARDS = ("success", "env", "learned")
 

@@ -35,12 +35,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robot_rl import checkpoint
+from robot_rl.common import checkpoint
 from robot_rl.rl.learner import Learner, LearnerConfig
 from robot_rl.rl.replay import Replay, add_transitions, demo_replay, sample_mixed
-from robot_rl.rl.residual import ResidualConfig, ResidualPolicy, from_dict
+from policies.residual import ResidualConfig, ResidualPolicy, from_dict
 from robot_rl.rl.rollout import REWARDS, Collector
-from robot_rl.run_dir import write_metrics
+from robot_rl.common.run_dir import write_metrics
 
 # May change between a checkpoint and its resume: they set how long and how visibly the run goes on, not what
 # it learns. Every other key must match.
@@ -423,7 +423,7 @@ class _Clock:
 def train(env, base, cfg: ResidualRLConfig, run_dir, log=None, demo_store=None, eval_env=None, progress=None) -> dict:
     """Train a residual policy on `base` (None: from scratch) in `env`, resuming from run_dir when it can.
     Without a `log`, a RunLog in run_dir is opened (continuing a resumed history) and closed."""
-    from robot_rl.run_log import RunLog
+    from robot_rl.common.run_log import RunLog
 
     ws = ResidualWorkspace(Path(run_dir), cfg, env, base, demo_store=demo_store, eval_env=eval_env)
     resumed_from = ws.env_steps if ws.try_resume() else None

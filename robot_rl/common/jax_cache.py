@@ -7,7 +7,7 @@ from pathlib import Path
 
 def default_cache_dir() -> Path:
     """<repo>/.cache/jax for a source checkout (editable install), else <cwd>/.cache/jax."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     root = repo if (repo / "pyproject.toml").is_file() else Path.cwd()
     return root / ".cache" / "jax"
 

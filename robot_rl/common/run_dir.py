@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from robot_rl.atomic import atomic_write_text
+from robot_rl.common.atomic import atomic_write_text
 
 
 def current_run_dir() -> Path:

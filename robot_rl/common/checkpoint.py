@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.atomic import fsync_dir
+from robot_rl.common.atomic import fsync_dir
 
 TENSORS = "model.safetensors"
 CONFIG = "config.json"
@@ -141,7 +141,7 @@ def save_training(ckpt_dir: Path, step: int, policy, tensors: dict, train: dict,
     """Write checkpoints/step_<step>/ (the policy plus its training state `train`), point latest.json at it,
     and keep the newest `keep` step checkpoints."""
     import json
-    from robot_rl.atomic import atomic_write_text
+    from robot_rl.common.atomic import atomic_write_text
 
     ckpt_dir = Path(ckpt_dir)
     cfg = {"kind": policy.kind, "spec": policy.spec.to_dict(), "config": policy.config(), "train": train}

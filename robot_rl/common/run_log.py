@@ -16,7 +16,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from robot_rl.atomic import save_figure
+from robot_rl.common.atomic import save_figure
 
 
 class RunLog:

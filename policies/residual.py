@@ -249,7 +249,7 @@ class ResidualPolicy(BasePolicy):
     @classmethod
     def from_checkpoint(cls, tensors: dict, config: dict, spec: PolicySpec, device: str) -> "ResidualPolicy":
         from policies import policy_class
-        from robot_rl.checkpoint import CheckpointError
+        from robot_rl.common.checkpoint import CheckpointError
 
         cfg = ResidualConfig.from_dict(config["residual"])
         base = None
