@@ -5,6 +5,7 @@
     learner.py    TD3-style update (ensemble targets, smoothing, delay, warm-up, clipping)
     rollout.py    vectorized collection over a BatchedEnv
     train.py      the training workspace (checkpoints, resume, evaluation, logs); RL from scratch too
-    distributed.py  the same training with actor processes on Ray (distributed.actors=N): sequence-numbered
+    distributed/  the same training with actor processes on Ray (distributed.actors=N): sequence-numbered
                   transition batches, weight sync, actor restarts, learner resume without duplicates
+                  (config, cluster, actors, pool, evaluator, ledger, workspace; see its __init__)
 """
