@@ -13,6 +13,7 @@ as the budget).
 
 from __future__ import annotations
 
+from robot_rl.common.config import from_mapping
 import argparse
 import json
 import os
@@ -35,7 +36,7 @@ def run_one(condition: str, seed: int, args) -> dict:
     rl = OmegaConf.to_container(node, resolve=True)
     rl.update(env_steps=args.env_steps, time_budget_s=0, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
               final_eval=False, seed=seed, interventions=condition, videos=0, ckpt_every=args.env_steps)
-    cfg = ResidualRLConfig.from_dict(rl)
+    cfg = from_mapping(ResidualRLConfig, rl)
     run_dir = Path(args.out) / f"{condition}-seed{seed}"
     env = sim.make(args.task, num_envs=args.num_envs, threads=1)
     eval_env = sim.make(args.task, num_envs=args.num_envs, threads=1)

@@ -50,19 +50,6 @@ def naive_chunk(policy, obs):
     return policy.normalizer.unnormalize("action", x)[:, : policy.cfg.action_horizon]
 
 
-def _vla_yaml() -> dict:
-    """configs/bc/policy/vla.yaml as a dict (the configuration robot-rl-train-bc policy=vla trains)."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    import configs
-
-    node = OmegaConf.to_container(OmegaConf.load(Path(configs.__file__).parent / "bc" / "policy" / "vla.yaml"))
-    node.pop("kind", None)
-    return node
-
-
 def _vla(quick: bool, n: int) -> dict:
     """VLA chunk latency at batch 1 (configs/bc/policy/vla.yaml, 2 cameras 96x96, instruction, lift's vector observations)."""
     import torch
@@ -73,7 +60,7 @@ def _vla(quick: bool, n: int) -> dict:
     dims = {"proprio": 20, "object": 11}
     stats = {f"obs/{k}": KeyStats(-np.ones(d), np.ones(d), np.zeros(d), np.ones(d), 1) for k, d in dims.items()}
     stats["action"] = KeyStats(-np.ones(4), np.ones(4), np.zeros(4), np.ones(4), 1)
-    cfg = VLAConfig.from_dict(_vla_yaml())
+    cfg = VLAConfig()  # what robot-rl-train-bc policy=vla trains (configs/bc/policy/vla.yaml adds nothing)
     shapes = {f"images/{c}": [96, 96, 3] for c in cfg.cameras}
     policy = VLAPolicy.from_stats(dict(task="lift", obs_dims=dims, action_dim=4, image_shapes=shapes), cfg, stats)
     rng = np.random.default_rng(0)

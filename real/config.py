@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from real.transport import TRANSPORTS, check_topic_name
+from robot_rl.common.config import ConfigError, from_mapping
+from sim.robot import ARM_JOINTS, FINGER_JOINTS
 
 COMMAND_TYPES = ("position_array", "joint_trajectory")  # std_msgs/Float64MultiArray | trajectory_msgs/JointTrajectory
 BLENDING_MODES = ("none", "temporal_ensemble", "crossfade")
@@ -20,7 +22,7 @@ INTERPOLATIONS = ("hold", "linear")
 WORKERS = ("process", "thread")
 
 
-class DeployConfigError(ValueError):
+class DeployConfigError(ConfigError):
     """A deployment config value is invalid; the message names the key and the fix."""
 
 
@@ -68,7 +70,8 @@ class Blending:
 class Inference:
     worker: str = "process"  # process (no GIL shared with the control loop) | thread (tests)
     nice: int = 0  # process worker niceness (the real-time loop preempts it anyway; raise it without realtime_priority)
-    realtime_priority: int = 0  # SCHED_FIFO priority of the process worker (0: normal), below the loop's
+    realtime_priority: int = 40  # SCHED_FIFO priority of the process worker (0: off), below the loop's: a chunk
+    # request is served at once
     torch_threads: int = 1  # intra-op threads of the worker's torch
 
 
@@ -84,7 +87,8 @@ class DeployConfig:
     phase_margin_s: float = 0.0005  # tick this long after the expected joint-state arrival
     command_type: str = "position_array"  # position_array | joint_trajectory
     trajectory_time_s: float = 0.01  # joint_trajectory: time_from_start of the single point
-    joints: list[str] = dataclasses.field(default_factory=list)  # joint order on the wire (commands, state)
+    # joint order on the wire (commands, state): the arm's, then the fingers'
+    joints: list[str] = dataclasses.field(default_factory=lambda: [*ARM_JOINTS, *FINGER_JOINTS])
     limits: dict[str, JointLimit] = dataclasses.field(default_factory=dict)
     limits_file: str | None = None  # YAML {joint: {lower, upper, velocity, max_step}} replacing `limits`
     workspace_low: tuple[float, float, float] = (0.2, -0.4, 0.0)  # m, end-effector bounds of commands
@@ -106,24 +110,6 @@ class DeployConfig:
     @property
     def command_topic(self) -> str:
         return self.topics.position_commands if self.command_type == "position_array" else self.topics.trajectory_commands
-
-
-_SECTIONS = (Topics, Watchdog, Blending, Inference)
-
-
-def _build(cls, data: Any, where: str):
-    """Dataclass `cls` from a mapping, naming unknown keys and wrongly typed nodes."""
-    if not isinstance(data, dict):
-        raise DeployConfigError(f"{where} must be a mapping, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise DeployConfigError(f"unknown key(s) {unknown} in {where}; valid keys: {sorted(fields)}")
-    kw = {}
-    for k, v in data.items():
-        sub = fields[k].default_factory  # nested sections are the fields whose default is a section class
-        kw[k] = _build(sub, v, f"{where}.{k}") if sub in _SECTIONS else v
-    return cls(**kw)
 
 
 def _num(where: str, v, *, positive: bool = False, nonneg: bool = False) -> float:
@@ -173,7 +159,12 @@ def deploy_config(data: Any) -> DeployConfig:
     else:
         data["limits"] = load_limits_file(str(limits_file))
     raw_limits = data.pop("limits", {}) or {}
-    cfg = _build(DeployConfig, data, "deploy")
+    try:
+        cfg = from_mapping(DeployConfig, data, "deploy")
+    except DeployConfigError:
+        raise
+    except ConfigError as e:  # unknown keys, wrong types: the deploy side's callers catch DeployConfigError
+        raise DeployConfigError(str(e)) from None
     if cfg.instruction is None:
         cfg.instruction = ""
     if not isinstance(cfg.instruction, str):

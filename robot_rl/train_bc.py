@@ -35,32 +35,35 @@ RESUME_KEYS = ("batch_size", "lr", "weight_decay", "warmup_steps", "seed", "data
 
 @dataclasses.dataclass
 class BCConfig:
-    """Everything the loop reads besides the env and policy configs (defaults in configs/train_bc.yaml)."""
+    """Everything the loop reads besides the env and policy configs (robot-rl-train-bc's top-level keys)."""
 
-    data: str | list  # one episode store path, or several (their windows are mixed, see the weights below)
-    steps: int = 3000
+    data: str | list  # episode store path (robot-rl-collect out=...), or several to mix: [PATH1, PATH2]
+    steps: int = 3000  # gradient steps
     batch_size: int = 256
     lr: float = 3e-4
     weight_decay: float = 1e-6
-    warmup_steps: int = 200
-    grad_clip: float = 1.0
-    log_every: int = 50
-    ckpt_every: int = 500
-    keep_checkpoints: int = 2
-    eval_every: int = 0  # 0: evaluate only at the end
-    eval_episodes: int = 50
+    warmup_steps: int = 200  # linear warm-up, then cosine decay to 0 at `steps`
+    grad_clip: float = 1.0  # max gradient norm
+    log_every: int = 50  # steps between TensorBoard scalars
+    ckpt_every: int = 500  # steps between checkpoints (and at the end)
+    keep_checkpoints: int = 2  # step checkpoints kept on disk
+    eval_every: int = 0  # steps between sim evaluations (0: only at the end)
+    eval_episodes: int = 50  # episodes per evaluation (batched over env.num_envs)
     eval_seed: int = 1000  # evaluation episodes never share the training data's seeds
-    videos: int = 2
+    videos: int = 2  # mp4s of the final evaluation's first episodes (<= env.num_envs)
     final_eval: bool = True  # evaluate the final policy in sim (callers that evaluate it themselves turn it off)
-    seed: int = 0
+    seed: int = 0  # torch / sampler seed
     # Mixing demos and corrections (a window's sampling weight is the product of these):
     data_weights: list | None = None  # share of the batches drawn from each store in `data`; None: by window count
-    source_weights: dict | None = None  # per episode source (expert, teleop, policy, intervention); missing = 1
+    # per episode source (e.g. source_weights.policy=0 leaves policy rollouts out); a source not named: 1
+    source_weights: dict | None = dataclasses.field(default_factory=lambda: {
+        "expert": 1.0, "teleop": 1.0, "policy": 1.0, "intervention": 1.0})
     intervention_weight: float = 1.0  # windows anchored at a human step (the corrections themselves)
     autonomous_weight: float = 1.0  # policy-controlled steps of source=intervention episodes, as window anchors and
     # as action steps inside any window's chunk (0: learn only the fixes, never the policy's actions around them)
     init: str | None = None  # fine-tune from this checkpoint of the same kind (its architecture and normalization)
-    data_mode: str = "memory"  # windows from the stores loaded once (memory) or read from zarr per batch (lazy)
+    data_mode: str = "memory"  # memory: load the stores' windows once | lazy: read each batch from zarr (stores
+    # larger than RAM)
 
     @property
     def paths(self) -> list[str]:

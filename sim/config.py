@@ -11,8 +11,7 @@ ACTION_SPACES = ("ee_delta", "joint_pos")
 IMAGE_QUALITIES = ("fast", "high")  # see sim.render
 
 
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key and the fix."""
+from robot_rl.common.config import ConfigError, from_mapping as _from_mapping
 
 
 def _range(name: str, v, *, positive: bool = False, nonneg: bool = False) -> tuple[float, float]:
@@ -142,22 +141,7 @@ class EnvConfig:
         self.randomization.validate()
 
 
-def from_mapping(cfg: Any) -> EnvConfig:
-    """EnvConfig from a dict / OmegaConf node with unknown keys reported by name."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    cfg = dict(cfg)
-    known = {f.name for f in dataclasses.fields(EnvConfig)}
-    unknown = sorted(set(cfg) - known)
-    if unknown:
-        raise ConfigError(f"unknown env config key(s) {unknown}; valid keys: {sorted(known)}")
-    rand = dict(cfg.pop("randomization", None) or {})
-    rknown = {f.name for f in dataclasses.fields(RandomizationConfig)}
-    if set(rand) - rknown:
-        raise ConfigError(f"unknown randomization key(s) {sorted(set(rand) - rknown)}; valid keys: {sorted(rknown)}")
-    for k in ("workspace_low", "workspace_high", "cameras", "image_size"):
-        if isinstance(cfg.get(k), list):
-            cfg[k] = tuple(cfg[k])
-    return EnvConfig(**cfg, randomization=RandomizationConfig(**rand))
+def from_mapping(node: Any) -> EnvConfig:
+    """EnvConfig from a dict / OmegaConf `env` node (robot_rl.common.config.from_mapping: unknown keys named,
+    types checked); EnvConfig.validate(task names) checks the values."""
+    return _from_mapping(EnvConfig, node, "env")

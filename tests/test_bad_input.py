@@ -60,9 +60,9 @@ def test_non_finite_action_inside_jit_is_zeroed_and_counted(mjx_env):
     [
         ({"friction": [1.2, 0.8]}, r"randomization.friction=\[1.2, 0.8\] has min > max"),
         ({"object_mass": [-1.0, 1.0]}, r"object_mass=.*must be > 0"),
-        ({"action_latency": [0, 1.5]}, r"whole control ticks"),
+        ({"action_latency": [0, 1.5]}, r"action_latency\[1\]=1.5 must be a whole number"),
         ({"obs_noise_std": -0.1}, r"obs_noise_std=-0.1 must be"),
-        ({"gravity": [1, 2]}, r"unknown randomization key\(s\) \['gravity'\]"),
+        ({"gravity": [1, 2]}, r"unknown env.randomization key\(s\) \['gravity'\]"),
     ],
 )
 def test_invalid_randomization_fails_at_startup_before_any_simulation(rand, message, monkeypatch):

@@ -4,6 +4,7 @@ mid-episode, and rewind."""
 
 from __future__ import annotations
 
+from robot_rl.common.config import from_mapping
 import numpy as np
 import pytest
 
@@ -119,9 +120,9 @@ def test_scripted_human_always_drives_every_step_and_rejects_bad_settings():
     hil, succ = _run(env, lambda o: np.zeros((2, env.action_dim), np.float32), always, 60)
     assert hil.fraction == 1.0 and succ and all(succ)  # the expert's demos succeed
     with pytest.raises(ValueError, match="hil.trigger='sometimes'"):
-        ScriptedHumanConfig.from_dict({"trigger": "sometimes"})
-    with pytest.raises(ValueError, match=r"unknown scripted-human key\(s\) \['budget'\]"):
-        ScriptedHumanConfig.from_dict({"budget": 0.1})
+        from_mapping(ScriptedHumanConfig, {"trigger": "sometimes"})
+    with pytest.raises(ValueError, match=r"unknown hil key\(s\) \['budget'\]"):
+        from_mapping(ScriptedHumanConfig, {"budget": 0.1}, "hil")
     env.close()
 
 

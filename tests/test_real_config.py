@@ -84,7 +84,7 @@ def test_config_naming_joints_the_model_lacks_is_refused_naming_them():
     ("deploy.limits.joint3.lower=3.0", "lower=3.0 must be below upper"),
     ("deploy.topics.joint_states=joint_states", "not a fully qualified ROS 2 topic name"),
     ("deploy.workspace_low=[0.9,0,0]", "workspace_low"),
-    ("+deploy.bogus=1", "unknown key(s) ['bogus'] in deploy"),
+    ("+deploy.bogus=1", "unknown deploy key(s) ['bogus']; valid keys:"),
     ("deploy.inference.realtime_priority=60", "must be below deploy.realtime_priority"),
     ("deploy.domain_id=300", "deploy.domain_id=300"),
 ])

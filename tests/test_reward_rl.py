@@ -3,6 +3,7 @@ relabeling, and a reward model that does not fit the env."""
 
 from __future__ import annotations
 
+from robot_rl.common.config import from_mapping
 import numpy as np
 import pytest
 import torch
@@ -121,7 +122,7 @@ def test_rl_config_validates_reward_fields_and_widens_the_target_clip():
         ResidualRLConfig(reward="env", reward_model="x")
     with pytest.raises(ValueError, match="shaping=-1"):
         ResidualRLConfig(reward="learned", reward_model="x", shaping=-1)
-    cfg = ResidualRLConfig.from_dict({"reward": "learned", "reward_model": "x", "shaping": 0.5})
+    cfg = from_mapping(ResidualRLConfig, {"reward": "learned", "reward_model": "x", "shaping": 0.5})
     assert cfg.learner.reward_bounds == (0.0, 1.0) and cfg.learner.potential_bound == 0.5
     assert ResidualRLConfig(reward="learned", reward_model="x", shaping=0.0).learner.potential_bound == 0.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from robot_rl.common.config import from_mapping
 import dataclasses
 
 import numpy as np
@@ -154,9 +155,9 @@ def test_bad_learner_config_values_are_named(key, value, needle):
 
 
 def test_unknown_learner_keys_are_named():
-    with pytest.raises(ValueError, match=r"unknown learner key\(s\) \['gama'\]"):
-        LearnerConfig.from_dict({"gama": 0.9})
-    assert LearnerConfig.from_dict({"critic_hidden": [64, 64]}) == dataclasses.replace(LearnerConfig(),
+    with pytest.raises(ValueError, match=r"unknown rl.learner key\(s\) \['gama'\]"):
+        from_mapping(LearnerConfig, {"gama": 0.9}, "rl.learner")
+    assert from_mapping(LearnerConfig, {"critic_hidden": [64, 64]}) == dataclasses.replace(LearnerConfig(),
                                                                                       critic_hidden=(64, 64))
 
 

@@ -3,6 +3,7 @@ unchanged through load_policy and runs in the evaluation code of robot-rl-eval."
 
 from __future__ import annotations
 
+from robot_rl.common.config import from_mapping
 import numpy as np
 import pytest
 import torch
@@ -153,5 +154,5 @@ def test_residual_on_a_base_that_is_code_cannot_be_loaded_alone(lift_env, tmp_pa
 def test_bad_residual_config_values_are_named():
     with pytest.raises(ValueError, match="residual.scale=0"):
         ResidualConfig(scale=0)
-    with pytest.raises(ValueError, match=r"unknown residual key\(s\) \['scal'\]"):
-        ResidualConfig.from_dict({"scal": 0.1})
+    with pytest.raises(ValueError, match=r"unknown rl.residual key\(s\) \['scal'\]"):
+        from_mapping(ResidualConfig, {"scal": 0.1}, "rl.residual")

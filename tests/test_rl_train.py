@@ -3,6 +3,7 @@ checkpoint kept, and a short run fixes a deliberately biased base on lift."""
 
 from __future__ import annotations
 
+from robot_rl.common.config import from_mapping
 import json
 
 import numpy as np
@@ -85,7 +86,7 @@ def test_resume_with_a_changed_config_names_the_differing_keys(small_env, tmp_pa
                                           gamma=0.9))
     with pytest.raises(ResumeMismatch) as e:
         train(small_env, None, changed, run)
-    assert "learner.gamma (0.99 -> 0.9)" in str(e.value) and "residual.scale (0.2 -> 0.3)" in str(e.value)
+    assert "learner.gamma (0.99 -> 0.9)" in str(e.value) and "residual.scale (0.5 -> 0.3)" in str(e.value)
 
 
 class NaNRewardAfter:
@@ -119,9 +120,9 @@ def test_bad_training_config_values_are_named():
         ResidualRLConfig(utd=0)
     with pytest.raises(ValueError, match="reward='dense'; valid: success, env"):
         ResidualRLConfig(reward="dense")
-    with pytest.raises(ValueError, match=r"unknown residual RL key\(s\) \['env_step'\]"):
-        ResidualRLConfig.from_dict({"env_step": 10})
-    assert ResidualRLConfig.from_dict({"learner": {"n_step": 5}}).learner.n_step == 5
+    with pytest.raises(ValueError, match=r"unknown rl key\(s\) \['env_step'\]; valid keys: \[.*'env_steps'"):
+        from_mapping(ResidualRLConfig, {"env_step": 10}, "rl")
+    assert from_mapping(ResidualRLConfig, {"learner": {"n_step": 5}}).learner.n_step == 5
 
 
 def test_short_residual_training_fixes_a_biased_base(tmp_path):

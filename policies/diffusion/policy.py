@@ -18,6 +18,7 @@ from policies.diffusion.unet import ConditionalUnet1D
 from policies.ema import EMA
 from policies.losses import weighted_mse
 from policies.normalizer import Normalizer
+from robot_rl.common.config import from_mapping
 from robot_rl.data.stats import NORMALIZATIONS
 
 BETA_SCHEDULES = ("squaredcos_cap_v2", "linear", "scaled_linear")
@@ -44,6 +45,9 @@ class DiffusionConfig:
     jit: bool = True  # run inference through a frozen TorchScript graph of the EMA network (2x faster on CPU)
     device: str = "cpu"
 
+    def __post_init__(self):
+        self.validate()
+
     def validate(self) -> None:
         if not (1 <= self.obs_horizon):
             raise ValueError(f"policy.obs_horizon={self.obs_horizon} must be >= 1")
@@ -65,16 +69,6 @@ class DiffusionConfig:
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ValueError(f"policy.beta_schedule={self.beta_schedule!r}; valid: {', '.join(BETA_SCHEDULES)}")
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "DiffusionConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown diffusion policy key(s) {unknown}; valid keys: {sorted(known)}")
-        d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-        cfg = cls(**d)
-        cfg.validate()
-        return cfg
 
 
 class DiffusionPolicy(BasePolicy):
@@ -215,7 +209,7 @@ class DiffusionPolicy(BasePolicy):
 
     @classmethod
     def from_checkpoint(cls, tensors: dict, config: dict, spec: PolicySpec, device: str) -> "DiffusionPolicy":
-        cfg = DiffusionConfig.from_dict({**config, "device": device})
+        cfg = from_mapping(DiffusionConfig, {**config, "device": device}, "policy")
         policy = cls(spec, cfg, Normalizer.from_tensors(tensors))
         ema = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
         try:

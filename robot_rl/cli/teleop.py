@@ -22,6 +22,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from robot_rl.common.config import from_mapping
 from robot_rl.common.cli import fail, whole
 from robot_rl.cli.common import env_config, make_env, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
@@ -59,7 +60,7 @@ def _scripted_config(cfg: DictConfig, supervising: bool):
 
     node = OmegaConf.to_container(cfg.hil, resolve=True) if cfg.get("hil") is not None else {}
     try:
-        sc = ScriptedHumanConfig.from_dict(node)
+        sc = from_mapping(ScriptedHumanConfig, node, "hil")
     except (TypeError, ValueError) as e:
         fail(str(e))
     if not supervising:

@@ -16,6 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from robot_rl.common.config import from_mapping
 from robot_rl.common.cli import fail, progress_bar, whole
 from robot_rl.cli.common import env_config, make_env, resume_or_fail, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config
@@ -35,7 +36,7 @@ def policy_config(node):
         fail(f"policy.kind={kind!r}: BC trains kind(s) {', '.join(sorted(BC_KINDS))} (policy=diffusion | policy=vla)")
     module, name = BC_KINDS[kind].split(":")
     try:
-        return getattr(importlib.import_module(module), name).from_dict(pol)
+        return from_mapping(getattr(importlib.import_module(module), name), pol, "policy")
     except (TypeError, ValueError) as e:
         fail(str(e))
 

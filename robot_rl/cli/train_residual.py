@@ -22,6 +22,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from robot_rl.common.config import from_mapping
 from robot_rl.common.cli import fail, progress_bar, warn, whole
 from robot_rl.cli.common import env_config, load_checkpoint, make_env, resume_or_fail, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
@@ -34,7 +35,7 @@ def rl_config(node):
     from robot_rl.rl.train import ResidualRLConfig
 
     try:
-        return ResidualRLConfig.from_dict(OmegaConf.to_container(node, resolve=True))
+        return from_mapping(ResidualRLConfig, node, "rl")
     except (TypeError, ValueError) as e:
         fail(str(e).replace("residual RL", "rl"))
 
@@ -44,7 +45,7 @@ def distributed_config(node):
     from robot_rl.rl.distributed import DistributedConfig
 
     try:
-        return DistributedConfig.from_dict(OmegaConf.to_container(node, resolve=True))
+        return from_mapping(DistributedConfig, node, "distributed")
     except (TypeError, ValueError) as e:
         fail(str(e))
 

@@ -31,6 +31,9 @@ class ScriptedHumanConfig:
     max_fraction: float = 0.15  # budget: at most this fraction of all steps under human control
     max_episode_steps: int = 0  # at most this many human steps per episode (0 = no limit)
 
+    def __post_init__(self):
+        self.validate()
+
     def validate(self) -> "ScriptedHumanConfig":
         if self.trigger not in TRIGGERS:
             raise ValueError(f"hil.trigger={self.trigger!r}; valid: {', '.join(TRIGGERS)}")
@@ -45,14 +48,6 @@ class ScriptedHumanConfig:
         if not (0 <= self.max_fraction <= 1):
             raise ValueError(f"hil.max_fraction={self.max_fraction} must be in [0, 1]")
         return self
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ScriptedHumanConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown scripted-human key(s) {unknown}; valid: {sorted(known)}")
-        return cls(**d).validate()
 
 
 class ScriptedHuman:

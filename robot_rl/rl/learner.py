@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from robot_rl.rl.critic import EnsembleCritic, random_heads
-from policies.residual import ResidualActor, from_dict
+from policies.residual import ResidualActor
 
 
 @dataclasses.dataclass
@@ -96,10 +96,6 @@ class LearnerConfig:
         for name, ok, rule in checks:
             if not ok:
                 raise ValueError(f"learner.{name}={getattr(self, name)!r} must be {rule}")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LearnerConfig":
-        return from_dict(cls, d, "learner")
 
 
 def to_torch(batch: dict[str, np.ndarray], device) -> dict[str, torch.Tensor]:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from policies.residual import ResidualConfig, ResidualPolicy
+from robot_rl.common.config import from_mapping
 from robot_rl.rl.replay import Replay
 from robot_rl.rl.rollout import Collector
 
@@ -44,7 +45,7 @@ def make_actor_policy(env, base_path: str | None, device: str, residual: dict) -
     base = load_policy(base_path, device=device) if base_path else None
     if base is not None:
         base.spec.check_env(env)
-    return ResidualPolicy.build(base, ResidualConfig.from_dict(residual), env=env, device=device)
+    return ResidualPolicy.build(base, from_mapping(ResidualConfig, residual, "residual"), env=env, device=device)
 
 
 def load_weights(policy: ResidualPolicy, weights: dict) -> None:

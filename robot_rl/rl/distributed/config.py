@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from policies.residual import from_dict
 
 if TYPE_CHECKING:
     from robot_rl.rl.train import ResidualRLConfig
@@ -70,7 +69,15 @@ class DistributedConfig:
     address: str | None = None  # null: a new local Ray instance; "auto" or "host:6379": a running cluster
     num_cpus: int = 0  # local instance only: CPU slots it advertises (0: actors + 1, evaluation included)
     object_store_mb: int = 200  # local instance only: object store size (transition batches are small)
-    robots: list = dataclasses.field(default_factory=list)  # robot actors: [{name, deploy: {overrides}}] (RobotConfig)
+    # Robot actors (real/robot_actor.py), one entry per robot (RobotConfig): each runs the deploy node (real/node.py,
+    # the loop, safety layer and transport of robot-rl-deploy, configured by `deploy` plus the entry's overrides)
+    # with base= and the current residual, and sends its transitions (teleop steps flagged as interventions) to the
+    # learner; new weights reach the node between episodes. Needs rl.reward=learned rl.reward_model=... (a robot has
+    # no simulator reward). Placed on the Ray node that advertises the resource robot_<name>, on the robot's computer:
+    #   ray start --address=<learner host>:6379 --resources='{"robot_arm1": 1}'
+    # (a local Ray instance advertises it itself). Example: distributed.robots='[{name: arm1, deploy: {domain_id: 3}}]'
+    # An entry's `store: PATH` also records every episode into an episode store on the robot's computer.
+    robots: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         checks = [("actors", 0), ("batch_steps", 1), ("max_in_flight", 1), ("weight_sync_every", 1),
@@ -100,7 +107,3 @@ class DistributedConfig:
         if len(set(names)) != len(names):
             raise ValueError(f"distributed.robots names {names} must be unique")
         self.robots = robots
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DistributedConfig":
-        return from_dict(cls, d, "distributed")
