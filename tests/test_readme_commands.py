@@ -57,12 +57,30 @@ def fill_placeholders(arg: str) -> str:
     return re.sub(r"=\.\.\.$", f"={PLACEHOLDER}", arg)
 
 
+# Hydra's own command-line flags (not overrides): flag -> whether it takes a value (`--cfg job`)
+HYDRA_FLAGS = {"--cfg": True, "-c": True, "--package": True, "-p": True, "--resolve": False, "--info": False,
+               "--help": False, "--hydra-help": False}
+
+
+def drop_hydra_flags(words: list[str]) -> list[str]:
+    """The overrides of a command line, without Hydra's own flags and their values."""
+    out, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in HYDRA_FLAGS:
+            skip = HYDRA_FLAGS[w]
+        else:
+            out.append(w)
+    return out
+
+
 def hydra_commands() -> list[tuple[str, list[str]]]:
     cmds = []
     for line in readme_commands():
         words = shlex.split(line)
         if words and words[0] in HYDRA:
-            cmds.append((words[0], [fill_placeholders(w) for w in words[1:]]))
+            cmds.append((words[0], [fill_placeholders(w) for w in drop_hydra_flags(words[1:])]))
     return cmds
 
 

@@ -1,4 +1,4 @@
-"""bench/shaping_oracle.py: lift's progress computed from observations equals the env's ground truth."""
+"""experiments/shaping_oracle.py: lift's progress computed from observations equals the env's ground truth."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("shaping_oracle", ROOT / "bench" / "shaping_oracle.py")
+    spec = importlib.util.spec_from_file_location("shaping_oracle", ROOT / "experiments" / "shaping_oracle.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

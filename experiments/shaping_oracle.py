@@ -1,6 +1,6 @@
 """Diagnostic: residual RL on lift shaped by the task's own progress instead of the learned Phi.
 
-    python bench/shaping_oracle.py base=runs/results/w6/bc800/policy \
+    python experiments/shaping_oracle.py base=runs/results/w6/bc800/policy \
         rl.reward_model=runs/results/w6/reward-qs-s0/reward_model rl.shaping=0.3 rl.env_steps=50000 rl.seed=1
 
 Runs robot-rl-train-residual (task=lift, rl.reward=learned; any of its overrides) with one change: the reward
