@@ -32,3 +32,31 @@ class EMA:
         for eb, b in zip(self.model.buffers(), model.buffers()):
             eb.copy_(b)
         self.step += 1
+
+
+class EMAWeights:
+    """Persistence of a policy trained with an EMA copy (`self.net`, `self.ema`, `self.normalizer`): the EMA weights
+    and the normalizer are the policy (state_tensors); the raw network's weights ride along only for resuming."""
+
+    def state_tensors(self) -> dict:
+        out = {f"ema.{k}": v for k, v in self.ema.model.state_dict().items()}
+        out.update(self.normalizer.state_tensors())
+        return out
+
+    def training_tensors(self) -> dict:
+        """Weights being trained (for resume), besides the EMA weights in state_tensors()."""
+        return {f"net.{k}": v for k, v in self.net.state_dict().items()}
+
+    def load_training_tensors(self, tensors: dict) -> None:
+        self.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})
+
+    def load_ema_tensors(self, tensors: dict) -> None:
+        """A checkpoint's EMA weights into both networks; SpecMismatch when they do not fit the config."""
+        from policies.base import SpecMismatch
+
+        ema = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
+        try:
+            self.ema.model.load_state_dict(ema)
+        except RuntimeError as e:
+            raise SpecMismatch(f"checkpoint weights do not fit its config: {str(e).splitlines()[0]}") from None
+        self.net.load_state_dict(ema)

@@ -15,7 +15,7 @@ import torch
 
 from policies.base import BasePolicy, PolicySpec, SpecMismatch
 from policies.diffusion.unet import ConditionalUnet1D
-from policies.ema import EMA
+from policies.ema import EMA, EMAWeights
 from policies.losses import weighted_mse
 from policies.normalizer import Normalizer
 from robot_rl.common.config import from_mapping
@@ -71,7 +71,7 @@ class DiffusionConfig:
 
 
 
-class DiffusionPolicy(BasePolicy):
+class DiffusionPolicy(EMAWeights, BasePolicy):
     kind = "diffusion"
 
     def __init__(self, spec: PolicySpec, cfg: DiffusionConfig, normalizer: Normalizer):
@@ -195,28 +195,11 @@ class DiffusionPolicy(BasePolicy):
     def config(self) -> dict[str, Any]:
         return dataclasses.asdict(self.cfg)
 
-    def state_tensors(self) -> dict:
-        out = {f"ema.{k}": v for k, v in self.ema.model.state_dict().items()}
-        out.update(self.normalizer.state_tensors())
-        return out
-
-    def training_tensors(self) -> dict:
-        """Weights being trained (for resume), besides the EMA weights in state_tensors()."""
-        return {f"net.{k}": v for k, v in self.net.state_dict().items()}
-
-    def load_training_tensors(self, tensors: dict) -> None:
-        self.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})
-
     @classmethod
     def from_checkpoint(cls, tensors: dict, config: dict, spec: PolicySpec, device: str) -> "DiffusionPolicy":
         cfg = from_mapping(DiffusionConfig, {**config, "device": device}, "policy")
         policy = cls(spec, cfg, Normalizer.from_tensors(tensors))
-        ema = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
-        try:
-            policy.ema.model.load_state_dict(ema)
-        except RuntimeError as e:
-            raise SpecMismatch(f"checkpoint weights do not fit its config: {str(e).splitlines()[0]}") from None
-        policy.net.load_state_dict(ema)
+        policy.load_ema_tensors(tensors)
         return policy
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from policies.base import INSTRUCTION, BasePolicy, PolicySpec, SpecMismatch, check_instructions, image_key
-from policies.ema import EMA
+from policies.ema import EMA, EMAWeights
 from policies.losses import weighted_mse
 from policies.encoders import TEXT_ENCODER, ImageEncoderConfig, as_strings, load_pretrained, sentence_encoder
 from policies.normalizer import Normalizer
@@ -96,7 +96,7 @@ class VLAConfig:
 
 
 
-class VLAPolicy(BasePolicy):
+class VLAPolicy(EMAWeights, BasePolicy):
     kind = "vla"
 
     def __init__(self, spec: PolicySpec, cfg: VLAConfig, normalizer: Normalizer):
@@ -281,18 +281,6 @@ class VLAPolicy(BasePolicy):
         out["text_encoder"] = TEXT_ENCODER if self.cfg.instruction else None
         return out
 
-    def state_tensors(self) -> dict:
-        out = {f"ema.{k}": v for k, v in self.ema.model.state_dict().items()}
-        out.update(self.normalizer.state_tensors())
-        return out
-
-    def training_tensors(self) -> dict:
-        """Weights being trained (for resume), besides the EMA weights in state_tensors()."""
-        return {f"net.{k}": v for k, v in self.net.state_dict().items()}
-
-    def load_training_tensors(self, tensors: dict) -> None:
-        self.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})
-
     @classmethod
     def from_checkpoint(cls, tensors: dict, config: dict, spec: PolicySpec, device: str) -> "VLAPolicy":
         config = dict(config)
@@ -307,12 +295,7 @@ class VLAPolicy(BasePolicy):
             from robot_rl.common.checkpoint import CheckpointError
 
             raise CheckpointError(f"this VLA checkpoint reads instructions: {e}") from None
-        ema = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
-        try:
-            policy.ema.model.load_state_dict(ema)
-        except RuntimeError as e:
-            raise SpecMismatch(f"checkpoint weights do not fit its config: {str(e).splitlines()[0]}") from None
-        policy.net.load_state_dict(ema)
+        policy.load_ema_tensors(tensors)
         return policy
 
 
