@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from policies.residual import compose
+
 Residual = Callable[[dict, np.ndarray], np.ndarray]
 
 
@@ -40,4 +42,4 @@ def apply_residual(residual: Residual | None, scale: float, obs: dict, base: np.
     delta = np.asarray(residual(obs, base[None].astype(np.float32)), dtype=np.float64).reshape(-1)
     if delta.shape != base.shape:
         raise ValueError(f"residual returned {delta.size} values, expected {base.size}")
-    return np.clip(base + scale * delta, -1.0, 1.0)
+    return compose(base, delta, scale)

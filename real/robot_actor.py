@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from robot_rl.rl.distributed import BatchActor, load_weights, make_actor_env, make_actor_policy, process_setup
-from policies.residual import flatten_obs
+from policies.residual import explore, flatten_obs
 
 HEARTBEAT_S = 2.0  # collect() waits this long for enough transitions before answering a heartbeat
 
@@ -59,8 +59,8 @@ class NodeResidual:
 
     def __call__(self, obs: dict, base: np.ndarray) -> np.ndarray:
         res = self.policy.residual(flatten_obs(obs, self.keys), base)
-        if self.noise > 0:
-            res = np.clip(res + self.rng.normal(0.0, self.noise, res.shape), -self.scale, self.scale)
+        noise = self.rng.normal(0.0, self.noise, res.shape) if self.noise > 0 else None
+        res = explore(res, noise, self.scale)  # the node then composes base + residual (policies/residual.py)
         self.base = np.asarray(base, np.float32)[0].copy()
         return res.astype(np.float32)
 

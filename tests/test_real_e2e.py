@@ -3,7 +3,7 @@
 The policy is the scripted expert through the BasePolicy interface (the identical path a trained checkpoint
 takes: inference worker process, chunk blending, IK, safety layer, DDS). The driver's episodes start from
 the same states as in-process evaluation with the same seed, so their success is compared episode by
-episode. The node records an episode store and a rosbag2; `robot-rl-data import-rosbag` must turn the bag
+episode. The node records an episode store and a rosbag2; `robot-rl-import-rosbag` must turn the bag
 back into the same episodes.
 """
 
@@ -77,7 +77,7 @@ def test_driver_and_node_processes_complete_lift_episodes_over_dds(tmp_path):
     assert [json.loads(m)["episode_index"] for m in store.episode_attr("metadata")] == list(range(EPISODES))
 
     # ... and the rosbag of the same run imports into the same episodes
-    proc = run_cli("robot-rl-data", "import-rosbag", str(tmp_path / "bag"), str(tmp_path / "imported.zarr"),
+    proc = run_cli("robot-rl-import-rosbag", str(tmp_path / "bag"), str(tmp_path / "imported.zarr"),
                    *topic_overrides(ns), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     imp = EpisodeStore.open(tmp_path / "imported.zarr")
