@@ -109,6 +109,8 @@ class ControlNode:
             )
         self.ticks_per_step = int(round(ratio))
         self.residual, self.residual_scale = residual, float(residual_scale)
+        if hasattr(residual, "check_base"):  # a trained residual: the worker must serve the base it was trained on
+            residual.check_base(self.spec)
         self.recorder, self.policy_name = recorder, policy_name
         self.max_episodes, self.duration_s, self.log = max_episodes, duration_s, log
         self.obs_model = ObservationModel(env, cfg.joints)
