@@ -1,13 +1,13 @@
 """Residual policy: a frozen base policy plus a small learned correction, itself a BasePolicy.
 
-    executed action = clip(base + scale * tanh(f(obs, base)), -1, 1)
+    executed action = clip(base + scale * tanh(f(obs, base)), -1, 1)     (compose(): the one place it is summed)
 
 obs is the state observation, flattened; with residual.base_features also the base's own encoding of what it
 reads (BasePolicy.features: for a VLA the trunk memory of frames + instruction + proprio). That lets the
 residual and its critics tell apart states the state vector cannot: on color_lift which of the two cubes the
 instruction names is only in the cameras and the words, and without it the critics average the two goals.
 
-The base emits action chunks that run open-loop from a per-env queue (as in PolicyRunner); the residual
+The base emits action chunks that run open-loop from a per-env queue (policies/runner.py's ChunkQueue); the residual
 acts every control step on the current observation and the base action of that step. So the combined
 policy is a BasePolicy with action_horizon = 1 (it must see every observation) and the base's
 obs_horizon (it passes the history on to the base); its rows are envs: row i of every act() call is env i,
@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from policies.base import BasePolicy, PolicySpec, SpecMismatch
+from policies.runner import ChunkQueue
 from robot_rl.common.config import from_mapping
 
 
@@ -104,38 +105,21 @@ class ResidualActor(nn.Module):
         return self.cfg.scale * torch.tanh(self.net(torch.cat([obs_n, base], dim=-1)))
 
 
-class BaseActionQueue:
-    """One base action per env per step: the base's chunks executed open-loop from a per-env queue.
+def compose(base: np.ndarray, residual: np.ndarray, scale: float = 1.0, noise: np.ndarray | None = None,
+            bound: float | None = None) -> np.ndarray:
+    """The executed action [..., A] = clip(base + scale * r, -1, 1), the one place base and residual are summed.
 
-    The base is queried (one batched call) only for the envs whose queue ran out; no base = zeros."""
+    residual [..., A]: the residual actor's output (already in [-bound, bound]: bound * tanh) or any residual
+    callable's delta; with exploration `noise` (same shape) r = clip(residual + noise, -bound, bound), else r =
+    residual. `scale` dials the residual in on hardware (deploy's residual_scale); 1 everywhere else."""
+    return np.clip(base + scale * explore(residual, noise, bound), -1.0, 1.0)
 
-    def __init__(self, base: BasePolicy | None, num_envs: int, action_dim: int):
-        self.base, self.num_envs = base, num_envs
-        horizon = base.spec.action_horizon if base is not None else 1
-        self.chunk = np.zeros((num_envs, horizon, action_dim), np.float32)
-        self.left = np.zeros(num_envs, np.int64)  # actions of the chunk not yet executed
 
-    def reset(self, env_ids=None) -> None:
-        ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
-        self.left[ids] = 0
-        if self.base is not None and len(ids):
-            self.base.reset(ids)
-
-    def next(self, history: dict[str, np.ndarray], env_ids=None) -> np.ndarray:
-        """Base actions [len(env_ids), A] for env_ids (all when None), advancing their queues.
-        history: {key: [num_envs, obs_horizon, ...]} of all envs (and "instruction": [num_envs] for bases that
-        read one); the queried envs' rows are passed on."""
-        ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
-        if self.base is None:
-            return np.zeros((len(ids), self.chunk.shape[2]), np.float32)
-        need = ids[self.left[ids] == 0]
-        if len(need):
-            chunk = self.base.act({k: h[need] for k, h in history.items()})
-            self.chunk[need] = chunk
-            self.left[need] = chunk.shape[1]
-        step = self.chunk.shape[1] - self.left[ids]
-        self.left[ids] -= 1
-        return self.chunk[ids, step].copy()
+def explore(residual: np.ndarray, noise: np.ndarray | None, bound: float | None) -> np.ndarray:
+    """The residual with exploration noise, kept within the actor's range: clip(residual + noise, -bound, bound)."""
+    if noise is None:
+        return residual
+    return np.clip(residual + noise, -bound, bound)
 
 
 def base_feature_dim(base: BasePolicy | None, cfg: ResidualConfig) -> int:
@@ -163,7 +147,7 @@ class ResidualPolicy(BasePolicy):
         if actor.obs_dim != sum(spec.obs_dims.values()) + self.feature_dim:
             raise SpecMismatch(f"residual actor reads {actor.obs_dim} inputs; the spec's observations and base "
                                f"features make {sum(spec.obs_dims.values())} + {self.feature_dim}")
-        self.queue: BaseActionQueue | None = None  # sized by the first act() call's batch
+        self.queue: ChunkQueue | None = None  # sized by the first act() call's batch
 
     @classmethod
     def build(cls, base: BasePolicy | None, cfg: ResidualConfig, env=None, device: str = "cpu") -> "ResidualPolicy":
@@ -215,12 +199,11 @@ class ResidualPolicy(BasePolicy):
     def act(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:
         n = len(obs_history[self.obs_keys[0]])
         if self.queue is None or self.queue.num_envs != n:
-            self.queue = BaseActionQueue(self.base, n, self.spec.action_dim)
+            self.queue = ChunkQueue(self.base, n, self.spec.action_dim)
             self.queue.reset()
         base = self.queue.next(obs_history)
         obs = self.inputs({k: obs_history[k][:, -1] for k in self.obs_keys}, self.base_features(obs_history))
-        action = np.clip(base + self.residual(obs, base), -1.0, 1.0)
-        return action.astype(np.float32)[:, None, :]
+        return compose(base, self.residual(obs, base)).astype(np.float32)[:, None, :]
 
     # ---- persistence --------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from policies.base import INSTRUCTION, SpecMismatch, check_instructions
+from policies.runner import ObsHistory
 from real import episode_events
 from real.blending import ChunkBlender
 from real.config import DeployConfig
@@ -108,6 +109,8 @@ class ControlNode:
             )
         self.ticks_per_step = int(round(ratio))
         self.residual, self.residual_scale = residual, float(residual_scale)
+        if hasattr(residual, "check_base"):  # a trained residual: the worker must serve the base it was trained on
+            residual.check_base(self.spec)
         self.recorder, self.policy_name = recorder, policy_name
         self.max_episodes, self.duration_s, self.log = max_episodes, duration_s, log
         self.obs_model = ObservationModel(env, cfg.joints)
@@ -155,7 +158,7 @@ class ControlNode:
         self.episodes_done = 0
         self.step = 0
         self.tick_in_step = 0
-        self.history: dict | None = None
+        self.history = ObsHistory(self.spec.obs_dims, self.spec.obs_horizon, 1, self.spec.image_shapes)
         self.step_obs: dict | None = None
         self.target_q: np.ndarray | None = None
         self.step_start_cmd: np.ndarray | None = None
@@ -250,7 +253,7 @@ class ControlNode:
                 self.object_stamp_ns = stamp_ns(msg.header.stamp)
         for cam, sub in self.sub_cameras.items():
             for msg, t in sub.take():
-                img = self._image(msg)
+                img = self._image(cam, msg)
                 if img is not None:
                     self.images[cam] = img
         for msg, t in self.sub_episode.take():
@@ -266,9 +269,14 @@ class ControlNode:
                 self._end_episode(ev)
         self._drain_worker(now)
 
-    def _image(self, msg: Image) -> np.ndarray | None:
+    def _image(self, cam: str, msg: Image) -> np.ndarray | None:
         if msg.encoding != "rgb8" or msg.step != 3 * msg.width or len(msg.data) != msg.step * msg.height:
             self.safety.reject("rejected_image", f"image must be rgb8 with step = 3 * width, got {msg.encoding}")
+            return None
+        shape = self.spec.image_shapes.get(f"images/{cam}")
+        if shape is not None and tuple(shape) != (msg.height, msg.width, 3):
+            self.safety.reject("rejected_image", f"camera {cam}: the policy reads {tuple(shape)} images, got "
+                               f"{(msg.height, msg.width, 3)}")
             return None
         return np.asarray(msg.data, dtype=np.uint8).reshape(msg.height, msg.width, 3)
 
@@ -330,7 +338,8 @@ class ControlNode:
         self.generation += 1
         self.blender.reset()
         self.step, self.tick_in_step = 0, 0
-        self.history, self.step_obs, self.target_q, self.pending = None, None, None, False
+        self.history.reset()
+        self.step_obs, self.target_q, self.pending = None, None, False
         self.priming, self._prime_sent, self._ready_pending, self._start_after = True, False, False, None
         self.teleop_active = False
         self.last_action = self.action_space.neutral.astype(np.float64)
@@ -444,8 +453,9 @@ class ControlNode:
         if self._prime_sent or self.worker.busy or self.worker_dead:
             return
         _, obs = self._observation()
-        self.history = {k: np.repeat(v[:, None], self.spec.obs_horizon, axis=1) for k, v in obs.items()}
-        rid = self.worker.request(request_history(self.history, self.instruction), self.step)
+        self.history.reset()
+        self.history.push(obs)
+        rid = self.worker.request(request_history(self.history.data, self.instruction), self.step)
         self._request_gen[rid] = (self.generation, now)
         self._prime_sent = True
 
@@ -453,12 +463,7 @@ class ControlNode:
         phys, obs = self._observation()
         if self.needs_object and self.object_stamp_ns < self.state_stamp_ns:
             self.counts["object_older_than_state_steps"] += 1  # perception behind the joints (diagnostics)
-        if self.history is None:
-            self.history = {k: np.repeat(v[:, None], self.spec.obs_horizon, axis=1) for k, v in obs.items()}
-        else:
-            for k, h in self.history.items():
-                h[:, :-1] = h[:, 1:]
-                h[:, -1] = obs[k]
+        self.history.push(obs)
         self.step_obs = obs
         self.step_start_cmd = self.safety.hold()
         if now - self.teleop_t <= self.cfg.teleop_timeout_s:
@@ -474,7 +479,7 @@ class ControlNode:
             self.generation += 1
             self.blender.reset()
         if not self.worker.busy and not self.worker_dead and self.blender.wants_request(self.step):
-            rid = self.worker.request(request_history(self.history, self.instruction), self.step)
+            rid = self.worker.request(request_history(self.history.data, self.instruction), self.step)
             self._request_gen[rid] = (self.generation, now)
         base = self.blender.action(self.step)
         if base is None:

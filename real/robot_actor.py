@@ -35,34 +35,30 @@ import numpy as np
 
 from robot_rl.rl.distributed import BatchActor, load_weights, make_actor_env, make_actor_policy, process_setup
 from policies.residual import flatten_obs
+from real.residual import PolicyResidual
 
 HEARTBEAT_S = 2.0  # collect() waits this long for enough transitions before answering a heartbeat
 
 
-class NodeResidual:
-    """residual(obs {key: [1, dim]}, base [1, A]) -> [1, A] in [-scale, scale] for the node (residual_scale 1):
-    the residual actor's output plus Gaussian exploration noise, as the sim Collector adds it."""
+class NodeResidual(PolicyResidual):
+    """The learner's residual actor + exploration noise as the node's residual (real/residual.py's PolicyResidual,
+    residual_scale 1), as the sim Collector adds it; notes each step's base action for the recorder and swaps in
+    new weights between episodes."""
+
+    where = "on robot actors"
+    instead = "train it in sim"
 
     def __init__(self, policy, explore_std: float, seed: int):
-        if policy.feature_dim:
-            raise ValueError("residual.base_features=true is not supported on robot actors yet (the node hands the "
-                             "residual the newest observation, not the base's frame / instruction history); train "
-                             "it in sim, or set rl.residual.base_features=false for robot actors")
-        self.policy, self.keys = policy, policy.obs_keys
-        self.scale = float(policy.actor.cfg.scale)
-        self.noise = float(explore_std) * self.scale
-        self.rng = np.random.default_rng(seed)
+        super().__init__(policy, explore_std, seed)
         self.version = -1  # weights version the node acts with
         self.base: np.ndarray | None = None  # the base action of the current step, taken by the recorder
         self._pending = None
         self._lock = threading.Lock()
 
     def __call__(self, obs: dict, base: np.ndarray) -> np.ndarray:
-        res = self.policy.residual(flatten_obs(obs, self.keys), base)
-        if self.noise > 0:
-            res = np.clip(res + self.rng.normal(0.0, self.noise, res.shape), -self.scale, self.scale)
+        res = super().__call__(obs, base)
         self.base = np.asarray(base, np.float32)[0].copy()
-        return res.astype(np.float32)
+        return res
 
     def take_base(self) -> np.ndarray | None:
         b, self.base = self.base, None

@@ -35,7 +35,8 @@ def topic_overrides(ns: str) -> list[str]:
 class Rig:
     """Sim driver + control node (threads) + an operator participant, on a private DDS domain and namespace."""
 
-    def __init__(self, tmp_path, policy: str = "expert", record: bool = False, extra: tuple = (), residual=None):
+    def __init__(self, tmp_path, policy: str = "expert", record: bool = False, extra: tuple = (), residual=None,
+                 on_chunk=None):
         from real.inference import InferenceWorker
         from real.node import ControlNode, bag_topics
         from real.recording import DeploymentRecorder
@@ -62,6 +63,17 @@ class Rig:
         self.states = self.t_op.publisher(t.joint_states, M.JointState, RELIABLE)
         self.driver = SimDriver(self.env_driver, self.cfg, self.t_driver, episodes=1000, wait_for_node_s=60, log=lambda m: None)
         self.worker = InferenceWorker(policy, dataclasses.asdict(self.env_node.cfg), mode="thread")
+        if on_chunk is not None:  # the test sees every chunk the node receives, in arrival order
+            poll = self.worker.poll
+
+            def logged_poll():
+                out = poll()
+                for r in out:
+                    if r[0] == "chunk":
+                        on_chunk(r)
+                return out
+
+            self.worker.poll = logged_poll
         self.recorder = None
         if record:
             self.store = tmp_path / "deploy.zarr"
@@ -344,6 +356,77 @@ def test_residual_exception_latches_a_safe_stop(rig_factory):
     rig = rig_factory(residual=ConstantResidual([0.0] * 4, fail_after=3))
     s = rig.wait_for(lambda s: s["mode"] == "stopped", what="the residual fault to stop the node")
     assert s["stop_reason"] == "residual raised: FloatingPointError: residual diverged"
+
+
+class ScheduledBase:
+    """A one-step-chunk base that replays given base actions, one per act() call (the worker's, step by step)."""
+
+    def __init__(self, spec, actions):
+        self.spec, self.actions, self.t = dataclasses.replace(spec, action_horizon=1), actions, 0
+
+    def reset(self, env_ids=None):
+        pass
+
+    def act(self, obs_history):
+        self.t += 1
+        return np.asarray(self.actions[self.t - 1], np.float32)[None, None]
+
+
+def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig_factory, tmp_path):
+    """policy=<base> residual=<residual checkpoint>: the base's chunks come from the worker, the residual runs in
+    the loop; on the recorded observations each executed action equals what the in-process ResidualPolicy (the
+    evaluation path: PolicyRunner, ChunkQueue, compose) computes from the same base actions."""
+    from policies import load_policy
+    from policies.residual import ResidualConfig, ResidualPolicy
+    from policies.runner import PolicyRunner
+    from real.residual import load_residual
+    from robot_rl.data.episode_store import EpisodeStore
+    from tests.test_rl_residual import _diffusion, _perturb
+
+    env = lift_env()
+    base = _diffusion(env)
+    env.close()
+    base_dir = base.save(tmp_path / "base")
+    trained = ResidualPolicy.build(base, ResidualConfig(scale=0.3, hidden=(32, 32)))
+    _perturb(trained.actor)
+    res_dir = trained.save(tmp_path / "residual")
+    chunks = []
+    rig = rig_factory(policy=str(base_dir), record=True, residual=load_residual(str(res_dir)), on_chunk=chunks.append)
+    s = rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps with the residual in the loop")
+    rig.close()  # commits the running episode (partial)
+    assert s["counts"].get("starved_steps", 0) == 0 and s["mode"] == "running", s
+    store = EpisodeStore.open(rig.store)
+    assert store.n_episodes == 1
+    obs = {k: store.read(f"obs/{k}") for k in ("proprio", "object")}
+    executed = store.read("action")
+    # blending "none": each step executes the newest arrived chunk that covers it
+    base_actions = []
+    for t in range(len(executed)):
+        cover = [c[t - start] for _, _, start, c, _ in chunks if start <= t < start + len(c)]
+        base_actions.append(cover[-1])
+    policy = load_policy(res_dir)
+    policy.base = ScheduledBase(base.spec, base_actions)
+    runner = PolicyRunner(policy, 1)
+    expected = np.concatenate([runner.act({k: v[t:t + 1] for k, v in obs.items()}) for t in range(len(executed))])
+    assert np.abs(expected - np.stack(base_actions)).max() > 0.01  # the residual did something
+    np.testing.assert_allclose(executed, expected, rtol=0, atol=1e-5)
+
+
+def test_residual_checkpoint_on_another_base_is_refused(tmp_path):
+    from policies.base import SpecMismatch
+    from policies.residual import ResidualConfig, ResidualPolicy
+    from real.residual import load_residual
+    from tests.test_rl_residual import _diffusion
+
+    env = lift_env()
+    base = _diffusion(env)
+    env.close()
+    res = load_residual(str(ResidualPolicy.build(base, ResidualConfig()).save(tmp_path / "residual")))
+    res.check_base(base.spec)
+    with pytest.raises(SpecMismatch, match="not the base this residual was trained on"):
+        res.check_base(dataclasses.replace(base.spec, action_horizon=1))  # policy=<the residual checkpoint> itself
+    with pytest.raises(ValueError, match="is a 'diffusion' checkpoint; it must be a residual one"):
+        load_residual(str(base.save(tmp_path / "base")))
 
 
 # ---- observation, blending, clock (no DDS) --------------------------------------------------------------

@@ -1,6 +1,7 @@
 """robot-rl-deploy: run the control node between a policy and a ROS 2 robot (or robot-rl-sim-driver).
 
     robot-rl-deploy policy=runs/train_bc/<run>/checkpoint episodes=20 record.store=data/deploy.zarr
+    robot-rl-deploy policy=<base checkpoint> residual=runs/train_residual/<run>/policy   (residual in the loop)
     robot-rl-deploy deploy=ros2 policy=...        (on a ROS 2 host; `ros2 launch robot_rl deploy.launch.py`)
 
 Everything is validated before the policy is loaded: a bad value exits with code 2 and one message.
@@ -31,6 +32,9 @@ def check_command_config(cfg: DictConfig):
         fail(f"policy={cfg.policy!r} must be 'expert', a checkpoint directory or 'module:function'")
     number("expert_noise", cfg.expert_noise)
     whole("seed", cfg.seed)
+    res = cfg.residual
+    if not (res is None or (isinstance(res, str) and res) or (isinstance(res, DictConfig) and "_target_" in res)):
+        fail(f"residual={res!r} must be null, a residual checkpoint directory or {{_target_: module.Class, ...}}")
     scale = number("residual_scale", cfg.residual_scale)
     if scale > 1:
         fail(f"residual_scale={scale} must be in [0, 1]")
@@ -63,7 +67,8 @@ def run(cfg: DictConfig) -> dict:
         fail(f"record.rosbag={cfg.record.rosbag!r} already exists; give a new directory")
     env = model_env(env_cfg, dcfg)
     try:
-        residual = load_residual(OmegaConf.to_container(cfg.residual, resolve=True) if cfg.residual is not None else None)
+        res = cfg.residual
+        residual = load_residual(OmegaConf.to_container(res, resolve=True) if isinstance(res, DictConfig) else res)
     except Exception as e:  # noqa: BLE001 - import errors, bad kwargs: one line naming the residual
         fail(f"residual: {e}")
     run_dir = current_run_dir()
@@ -115,7 +120,7 @@ def run(cfg: DictConfig) -> dict:
     finally:
         for close in closers:
             close()
-    metrics.update({"policy": cfg.policy, "task": env_cfg.task, "rate_hz": dcfg.rate_hz,
+    metrics.update({"policy": cfg.policy, "residual": res if isinstance(res, str) else None, "task": env_cfg.task, "rate_hz": dcfg.rate_hz,
                     "recorded_episodes": recorder.committed if recorder is not None else 0,
                     "bag_messages": recorder.messages if recorder is not None else 0,
                     "recording_error": recorder.error if recorder is not None else None})

@@ -1,7 +1,8 @@
 """Vectorized collection: N envs, the base's chunks open-loop from per-env queues, the residual every step.
 
 Per vector step:
-    action = clip(base + clip(residual(obs, base) + exploration noise, -scale, scale), -1, 1)
+    action = compose(base, residual(obs, base), noise=exploration noise, bound=scale)  (policies/residual.py)
+           = clip(base + clip(residual + noise, -scale, scale), -1, 1)
     with interventions (hil): the human's action instead, where they are in control; flagged in the replay,
     and that env's base chunk is dropped so the base replans from the state the human hands back
     env.step(action) -> reward, done, final_obs (auto-reset)
@@ -28,38 +29,10 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.rl.replay import POTENTIAL_FIELDS, Replay
-from policies.residual import BaseActionQueue, ResidualPolicy
+from policies.residual import ResidualPolicy, compose
+from policies.runner import ChunkQueue, ObsHistory
 
 REWARDS = ("success", "env", "learned")
-
-
-class ObsHistory:
-    """Per-env observation history {key: [N, horizon, dim]} (camera keys: uint8 [N, horizon, H, W, 3]); a new
-    episode is filled with its first observation (as PolicyRunner and the training windows do)."""
-
-    def __init__(self, obs_dims: dict[str, int], horizon: int, num_envs: int, image_shapes: dict | None = None):
-        self.data = {k: np.zeros((num_envs, horizon, d), np.float32) for k, d in obs_dims.items()}
-        for k, shape in (image_shapes or {}).items():
-            self.data[k] = np.zeros((num_envs, horizon, *shape), np.uint8)
-        self.fresh = np.ones(num_envs, bool)
-
-    def reset(self, env_ids=None) -> None:
-        if env_ids is None:
-            self.fresh[:] = True
-        else:
-            self.fresh[env_ids] = True
-
-    def push(self, obs: dict[str, np.ndarray], env_ids=None) -> None:
-        """Append the observations of env_ids (all when None); obs arrays are [N, dim] over all envs."""
-        ids = slice(None) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
-        fresh = self.fresh[ids]
-        for k, h in self.data.items():
-            rows = h[ids]
-            rows[:, :-1] = rows[:, 1:]
-            rows[:, -1] = obs[k][ids]
-            rows[fresh] = obs[k][ids][fresh][:, None]
-            h[ids] = rows
-        self.fresh[ids] = False
 
 
 class Collector:
@@ -86,7 +59,7 @@ class Collector:
         self.keys = policy.obs_keys
         n = env.num_envs
         self.history = ObsHistory(policy.spec.obs_dims, policy.spec.obs_horizon, n, policy.spec.image_shapes)
-        self.queue = BaseActionQueue(policy.base, n, env.action_dim)
+        self.queue = ChunkQueue(policy.base, n, env.action_dim)
         self.rng = np.random.default_rng(seed)
         self.obs = np.zeros((n, sum(policy.spec.obs_dims.values())), np.float32)
         self.obs_dict: dict[str, np.ndarray] = {}  # the current observations, for the reward model
@@ -112,10 +85,10 @@ class Collector:
         """One vector step of every env; writes one replay row."""
         scale = self.policy.actor.cfg.scale
         res = self.policy.residual(self.obs, self.base)
+        noise = None
         if explore and self.explore_std > 0:
-            res = res + self.rng.normal(0.0, self.explore_std * scale, res.shape).astype(np.float32)
-            res = np.clip(res, -scale, scale)
-        action = np.clip(self.base + res, -1.0, 1.0).astype(np.float32)
+            noise = self.rng.normal(0.0, self.explore_std * scale, res.shape).astype(np.float32)
+        action = compose(self.base, res, noise=noise, bound=scale).astype(np.float32)
         human = np.zeros(self.env.num_envs, bool)
         if self.hil is not None:  # the human's action replaces the policy's where they are in control
             action, human = self.hil.act(self.obs_dict, action)
