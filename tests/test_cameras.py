@@ -83,7 +83,7 @@ def test_image_size_must_be_two_positive_whole_numbers(size):
         sim.make("lift", num_envs=1, cameras=["front"], image_size=size)
 
 
-@pytest.mark.parametrize("bad, match", [(dict(cameras="front"), "list of camera names"),
+@pytest.mark.parametrize("bad, match", [(dict(cameras="front"), r"env.cameras=.front. must be a list of strings"),
                                         (dict(cameras=["front", "front"]), "twice"),
                                         (dict(cameras=["front"], image_quality="ultra"), "image_quality 'ultra'")])
 def test_bad_camera_settings_are_one_clear_error(bad, match):

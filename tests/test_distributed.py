@@ -26,7 +26,7 @@ BATCH_STEPS = 4  # vector steps per actor batch: with 2 envs, 8 transitions
 
 def _tiny(**over) -> ResidualRLConfig:
     cfg = dict(env_steps=160, learning_starts=40, utd=0.25, eval_every=0, eval_episodes=2, log_every=40,
-               ckpt_every=10_000, final_eval=False, residual=ResidualConfig(hidden=(16,)),
+               ckpt_every=10_000, final_eval=False, final_eval_episodes=0, videos=0, residual=ResidualConfig(hidden=(16,)),
                learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=16, critic_warmup=10))
     cfg.update(over)
     return from_scratch(ResidualRLConfig(**cfg))

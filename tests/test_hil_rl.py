@@ -38,7 +38,7 @@ def _cfg(**over) -> ResidualRLConfig:
     cfg = dict(env_steps=240, learning_starts=80, utd=0.25, eval_every=0, log_every=80, ckpt_every=10_000,
                final_eval=False, interventions="scripted",
                hil=dict(threshold=0.3, patience=2, hold=5, cooldown=2, max_fraction=0.25),
-               residual=ResidualConfig(hidden=(16,)),
+               residual=ResidualConfig(hidden=(16,), scale=0.2),
                learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=16, critic_warmup=10))
     cfg.update(over)
     return ResidualRLConfig(**cfg)
@@ -68,7 +68,7 @@ def test_scripted_interventions_are_flagged_routed_to_demos_and_budgeted(env_and
 
 
 def test_unknown_scripted_human_setting_is_named():
-    with pytest.raises(ValueError, match=r"unknown scripted-human key\(s\) \['treshold'\]"):
+    with pytest.raises(ValueError, match=r"unknown hil key\(s\) \['treshold'\]"):
         _cfg(hil={"treshold": 0.3})
     with pytest.raises(ValueError, match="interventions='human'; valid: none, scripted"):
         _cfg(interventions="human")

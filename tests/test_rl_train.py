@@ -28,7 +28,7 @@ def small_env():
 
 def _tiny(**over) -> ResidualRLConfig:
     cfg = dict(env_steps=160, learning_starts=40, utd=0.5, eval_every=0, eval_episodes=4, log_every=40,
-               ckpt_every=80, final_eval=False,
+               ckpt_every=80, final_eval=False, final_eval_episodes=0, videos=0,
                residual=ResidualConfig(hidden=(16,)),
                learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=16, critic_warmup=10))
     cfg.update(over)
@@ -140,7 +140,7 @@ def test_short_residual_training_fixes_a_biased_base(tmp_path):
         base = BiasedExpert(env, (0.36, 0.0, 0.0, 0.0))
         cfg = ResidualRLConfig(
             env_steps=2400, learning_starts=800, utd=0.25, eval_every=0, eval_episodes=32, log_every=800,
-            ckpt_every=10_000, seed=0, residual=ResidualConfig(scale=0.2, hidden=(64, 64)),
+            ckpt_every=10_000, final_eval_episodes=0, videos=0, seed=0, residual=ResidualConfig(scale=0.2, hidden=(64, 64)),
             learner=LearnerConfig(num_critics=4, critic_hidden=(64, 64), critic_warmup=100))
         before = evaluate_policy(env, base, cfg.eval_episodes, seed=cfg.eval_seed)["success_rate"]
         result = train(env, base, cfg, tmp_path / "run", demo_store=demos)

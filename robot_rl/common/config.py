@@ -175,7 +175,9 @@ def _describe(tp: Any) -> str:
     if origin is tuple and args and args[-1] is not Ellipsis:
         return f"a list of {len(args)} ({', '.join(_describe(a) for a in args)})"
     if origin in (tuple, list) or tp in (tuple, list):
-        return f"a list of {_describe(args[0]) if args else 'values'}"
+        item = args[0] if args else None
+        return "a list of " + {bool: "true/false values", int: "whole numbers", float: "numbers",
+                               str: "strings"}.get(item, _describe(item) if item is not None else "values")
     if origin is dict or tp is dict:
         return "a mapping"
     if dataclasses.is_dataclass(tp):

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from robot_rl.common.config import from_mapping
+
 
 if TYPE_CHECKING:
     from robot_rl.rl.train import ResidualRLConfig
@@ -102,7 +104,7 @@ class DistributedConfig:
                 continue
             if not isinstance(r, dict):
                 raise ValueError(f"distributed.robots entry {r!r} must be a mapping {{name, deploy}}")
-            robots.append(from_dict(RobotConfig, r, "distributed.robots entry"))
+            robots.append(from_mapping(RobotConfig, r, "distributed.robots entry"))
         names = [r.name for r in robots]
         if len(set(names)) != len(names):
             raise ValueError(f"distributed.robots names {names} must be unique")
