@@ -97,3 +97,50 @@ def test_driver_and_node_processes_complete_lift_episodes_over_dds(tmp_path):
         grip_rec = store.read("action", a, a + n)[:, -1] > 0
         grip_imp = imp.read("action", c, c + n)[:, -1] > 0
         assert np.mean(grip_rec == grip_imp) > 0.8
+
+
+def test_deploy_runs_a_trained_residual_in_the_loop_over_dds(tmp_path):
+    """robot-rl-deploy policy=<base> residual=<residual checkpoint> against robot-rl-sim-driver: short episodes run
+    to their end with the residual applied every step; the residual checkpoint as policy= with itself as
+    residual= (not its base) is refused with one message."""
+    from policies.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.data.episode_store import EpisodeStore
+    from tests.test_real_config import lift_env
+    from tests.test_rl_residual import _diffusion, _perturb
+
+    env_ = lift_env()
+    base = _diffusion(env_)
+    env_.close()
+    base_dir = base.save(tmp_path / "base")
+    trained = ResidualPolicy.build(base, ResidualConfig(scale=0.3, hidden=(32, 32)))
+    _perturb(trained.actor)
+    res_dir = trained.save(tmp_path / "residual")
+
+    ns = "r" + uuid.uuid4().hex[:10]
+    common = [f"deploy.domain_id={random.randint(1, 99)}", *topic_overrides(ns)]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    driver = subprocess.Popen(
+        [str(BIN / "robot-rl-sim-driver"), "episodes=2", "seed=0", "wait_for_node_s=120",
+         "+env.task_config.episode_steps=15", f"hydra.run.dir={tmp_path / 'driver'}", *common],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    try:
+        node = run_cli("robot-rl-deploy", f"policy={base_dir}", f"residual={res_dir}", "episodes=2",
+                       f"record.store={tmp_path / 'run.zarr'}", f"hydra.run.dir={tmp_path / 'node'}", *common,
+                       timeout=300)
+        out, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert node.returncode == 0, node.stdout + node.stderr
+    assert driver.returncode == 0, out
+    nod = json.loads((tmp_path / "node" / "metrics.json").read_text())
+    assert nod["episodes"] == 2 and nod["stop_reason"] is None and nod["safety"].get("stops", 0) == 0
+    assert nod["residual"] == str(res_dir) and nod["obs_to_cmd_p50_ms"] is not None
+    store = EpisodeStore.open(tmp_path / "run.zarr")
+    assert store.n_episodes == 2 and np.abs(store.read("action")).max() <= 1.0
+
+    wrong = run_cli("robot-rl-deploy", f"policy={res_dir}", f"residual={res_dir}", "episodes=1",
+                    f"hydra.run.dir={tmp_path / 'wrong'}", *common, timeout=300)
+    assert wrong.returncode == 2 and "not the base this residual was trained on" in wrong.stderr, wrong.stderr
