@@ -23,27 +23,35 @@ from tests.test_real_node import topic_overrides
 EPISODES = 3
 
 
-def test_driver_and_node_processes_complete_lift_episodes_over_dds(tmp_path):
-    from robot_rl.data.episode_store import EpisodeStore
-
-    ns = "e" + uuid.uuid4().hex[:10]
+def dry_run(tmp_path, prefix: str, driver_args: list[str], node_args: list[str]):
+    """robot-rl-sim-driver (a process) and robot-rl-deploy over loopback DDS on a fresh domain and topic namespace:
+    (node's CompletedProcess, driver's output, driver's returncode, the topic namespace, the common overrides)."""
+    ns = prefix + uuid.uuid4().hex[:10]
     common = [f"deploy.domain_id={random.randint(1, 99)}", *topic_overrides(ns)]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     driver = subprocess.Popen(
-        [str(BIN / "robot-rl-sim-driver"), f"episodes={EPISODES}", "seed=0", "wait_for_node_s=120",
+        [str(BIN / "robot-rl-sim-driver"), *driver_args, "seed=0", "wait_for_node_s=120",
          f"hydra.run.dir={tmp_path / 'driver'}", *common],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     try:
-        node = run_cli("robot-rl-deploy", "policy=expert", f"episodes={EPISODES}", f"record.store={tmp_path / 'run.zarr'}",
-                       f"record.rosbag={tmp_path / 'bag'}", f"hydra.run.dir={tmp_path / 'node'}", *common, timeout=300)
+        node = run_cli("robot-rl-deploy", *node_args, f"hydra.run.dir={tmp_path / 'node'}", *common, timeout=300)
         out, _ = driver.communicate(timeout=120)
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+    return node, out, driver.returncode, ns, common
+
+
+def test_driver_and_node_processes_complete_lift_episodes_over_dds(tmp_path):
+    from robot_rl.data.episode_store import EpisodeStore
+
+    node, out, driver_rc, ns, _ = dry_run(
+        tmp_path, "e", [f"episodes={EPISODES}"],
+        ["policy=expert", f"episodes={EPISODES}", f"record.store={tmp_path / 'run.zarr'}", f"record.rosbag={tmp_path / 'bag'}"])
     assert node.returncode == 0, node.stdout + node.stderr
-    assert driver.returncode == 0, out
+    assert driver_rc == 0, out
     drv = json.loads((tmp_path / "driver" / "metrics.json").read_text())
     nod = json.loads((tmp_path / "node" / "metrics.json").read_text())
     assert drv["episodes"] == nod["episodes"] == EPISODES
@@ -116,25 +124,11 @@ def test_deploy_runs_a_trained_residual_in_the_loop_over_dds(tmp_path):
     _perturb(trained.actor)
     res_dir = trained.save(tmp_path / "residual")
 
-    ns = "r" + uuid.uuid4().hex[:10]
-    common = [f"deploy.domain_id={random.randint(1, 99)}", *topic_overrides(ns)]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    driver = subprocess.Popen(
-        [str(BIN / "robot-rl-sim-driver"), "episodes=2", "seed=0", "wait_for_node_s=120",
-         "+env.task_config.episode_steps=15", f"hydra.run.dir={tmp_path / 'driver'}", *common],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )
-    try:
-        node = run_cli("robot-rl-deploy", f"policy={base_dir}", f"residual={res_dir}", "episodes=2",
-                       f"record.store={tmp_path / 'run.zarr'}", f"hydra.run.dir={tmp_path / 'node'}", *common,
-                       timeout=300)
-        out, _ = driver.communicate(timeout=120)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+    node, out, driver_rc, _, common = dry_run(
+        tmp_path, "r", ["episodes=2", "+env.task_config.episode_steps=15"],
+        [f"policy={base_dir}", f"residual={res_dir}", "episodes=2", f"record.store={tmp_path / 'run.zarr'}"])
     assert node.returncode == 0, node.stdout + node.stderr
-    assert driver.returncode == 0, out
+    assert driver_rc == 0, out
     nod = json.loads((tmp_path / "node" / "metrics.json").read_text())
     assert nod["episodes"] == 2 and nod["stop_reason"] is None and nod["safety"].get("stops", 0) == 0
     assert nod["residual"] == str(res_dir) and nod["obs_to_cmd_p50_ms"] is not None
