@@ -310,6 +310,8 @@ class ControlNode:
             "recv_to_cmd_p50_ms": pct(self.recv_to_cmd, 50), "recv_to_cmd_p99_ms": pct(self.recv_to_cmd, 99),
             "chunk_latency_p50_ms": pct(self.chunk_latency, 50), "chunk_latency_p99_ms": pct(self.chunk_latency, 99),
             "chunk_requests": len(self.chunk_latency),
+            "step_action_latency_p50_ms": pct(self.planner.action_latency, 50),
+            "step_action_latency_p99_ms": pct(self.planner.action_latency, 99),
             "episodes": self.counts["episodes"], "successes": self.counts["successes"],
             "realtime": bool(getattr(self, "realtime", False)),
             "safety": dict(self.safety.counts), "counts": dict(self.counts), "stop_reason": self.safety.stop_reason,

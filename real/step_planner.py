@@ -17,6 +17,7 @@ take-over, new episode, back from a hold, safe stop).
 from __future__ import annotations
 
 import collections
+import time
 
 import numpy as np
 
@@ -60,6 +61,10 @@ class StepPlanner:
         self._request_gen: dict[int, tuple[int, float]] = {}
         self.worker_dead = False
         self.chunk_latency = collections.deque(maxlen=100_000)  # s, request -> result
+        # s, a policy step's start (its observation) -> its policy action's joint targets (then published at once):
+        # ~0 when the action was ready, the wait for the chunk on a late update; starved steps have none
+        self.action_latency = collections.deque(maxlen=360_000)
+        self.step_t0 = 0.0
         self.step = 0
         self.tick_in_step = 0
         self.step_obs: dict | None = None
@@ -133,7 +138,7 @@ class StepPlanner:
     def policy_step(self, now: float, phys, obs: dict, teleop_action: np.ndarray | None) -> None:
         """Plan step `self.step` from its observation; teleop_action: the human's, when teleop is live."""
         self.history.push(obs)
-        self.step_obs = obs
+        self.step_obs, self.step_t0 = obs, now
         self.step_start_cmd = self.safety.hold()
         if teleop_action is not None:
             if not self.teleop_active:
@@ -171,6 +176,7 @@ class StepPlanner:
             self.safety.latch(f"residual raised: {type(e).__name__}: {e}")
             return
         self._apply(action, phys, intervention=False)
+        self.action_latency.append(time.monotonic() - self.step_t0)
 
     def _apply(self, action: np.ndarray, phys, intervention: bool) -> None:
         ctrl = self.action_space.to_ctrl(np, np.asarray(action, dtype=np.float64)[None], phys)[0]

@@ -1,7 +1,10 @@
 """robot-rl-deploy: run the control node between a policy and a ROS 2 robot (or robot-rl-sim-driver).
 
     robot-rl-deploy policy=runs/train_bc/<run>/checkpoint episodes=20 record.store=data/deploy.zarr
-    robot-rl-deploy policy=<base checkpoint> residual=runs/train_residual/<run>/policy   (residual in the loop)
+    robot-rl-deploy policy=<base checkpoint> residual=runs/train_residual/<run>/policy
+        a trained residual: the base's chunks from the worker, the residual in the control loop on the freshest
+        observation (the default way; policy=<residual run>/policy runs both in the worker, one request per step:
+        docs/results/deploy_residual.md)
     robot-rl-deploy deploy=ros2 policy=...        (on a ROS 2 host; `ros2 launch robot_rl deploy.launch.py`)
 
 Everything is validated before the policy is loaded: a bad value exits with code 2 and one message.
@@ -113,6 +116,10 @@ def run(cfg: DictConfig) -> dict:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        if residual is None and worker.spec.action_horizon == 1 and _checkpoint_kind(cfg.policy) == "residual":
+            print("robot-rl-deploy: note: policy= is a residual checkpoint, run in the worker one request per step; "
+                  "policy=<its base> residual=<this checkpoint> runs the residual in the loop (half the per-step "
+                  "latency, docs/results/deploy_residual.md)", flush=True)
         print(f"robot-rl-deploy: {cfg.policy} on {env_cfg.task}, {dcfg.rate_hz:g} Hz, {dcfg.transport} "
               f"(domain {dcfg.domain_id}{', loopback' if dcfg.transport == 'dds' and dcfg.loopback else ''}), "
               f"commands -> {dcfg.command_topic}", flush=True)
@@ -133,6 +140,16 @@ def run(cfg: DictConfig) -> dict:
                                               "obs_to_cmd_p99_ms", "stop_reason")}), flush=True)
     print(f"run dir: {run_dir}", flush=True)
     return metrics
+
+
+def _checkpoint_kind(path: str) -> str | None:
+    """The `kind` a checkpoint directory's config.json names (None when it is not one)."""
+    from pathlib import Path
+
+    try:
+        return json.loads((Path(path) / "config.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="deploy")
