@@ -146,8 +146,10 @@ def _checkpoint_kind(path: str) -> str | None:
     """The `kind` a checkpoint directory's config.json names (None when it is not one)."""
     from pathlib import Path
 
+    from robot_rl.common.checkpoint import CONFIG
+
     try:
-        return json.loads((Path(path) / "config.json").read_text()).get("kind")
+        return json.loads((Path(path) / CONFIG).read_text()).get("kind")
     except (OSError, ValueError, AttributeError):
         return None
 
