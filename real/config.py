@@ -161,14 +161,8 @@ def deploy_config(data: Any) -> DeployConfig:
     raw_limits = data.pop("limits", {}) or {}
     try:
         cfg = from_mapping(DeployConfig, data, "deploy")
-    except DeployConfigError:
-        raise
     except ConfigError as e:  # unknown keys, wrong types: the deploy side's callers catch DeployConfigError
         raise DeployConfigError(str(e)) from None
-    if cfg.instruction is None:
-        cfg.instruction = ""
-    if not isinstance(cfg.instruction, str):
-        raise DeployConfigError(f"deploy.instruction={cfg.instruction!r} must be a string (the task in words)")
     if not isinstance(raw_limits, dict):
         raise DeployConfigError("deploy.limits must map joint names to {lower, upper, velocity, max_step}")
     limits = {}

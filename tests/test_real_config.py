@@ -85,6 +85,7 @@ def test_config_naming_joints_the_model_lacks_is_refused_naming_them():
     ("deploy.topics.joint_states=joint_states", "not a fully qualified ROS 2 topic name"),
     ("deploy.workspace_low=[0.9,0,0]", "workspace_low"),
     ("+deploy.bogus=1", "unknown deploy key(s) ['bogus']; valid keys:"),
+    ("deploy.instruction=5", "deploy.instruction=5 must be a string"),
     ("deploy.inference.realtime_priority=60", "must be below deploy.realtime_priority"),
     ("deploy.domain_id=300", "deploy.domain_id=300"),
 ])

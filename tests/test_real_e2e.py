@@ -18,7 +18,7 @@ import uuid
 import numpy as np
 
 from tests.conftest import BIN, run_cli
-from tests.test_real_node import topic_overrides
+from tests.test_real_node import saved_base_and_residual, topic_overrides
 
 EPISODES = 3
 
@@ -111,18 +111,9 @@ def test_deploy_runs_a_trained_residual_in_the_loop_over_dds(tmp_path):
     """robot-rl-deploy policy=<base> residual=<residual checkpoint> against robot-rl-sim-driver: short episodes run
     to their end with the residual applied every step; the residual checkpoint as policy= with itself as
     residual= (not its base) is refused with one message."""
-    from policies.residual import ResidualConfig, ResidualPolicy
     from robot_rl.data.episode_store import EpisodeStore
-    from tests.test_real_config import lift_env
-    from tests.test_rl_residual import _diffusion, _perturb
 
-    env_ = lift_env()
-    base = _diffusion(env_)
-    env_.close()
-    base_dir = base.save(tmp_path / "base")
-    trained = ResidualPolicy.build(base, ResidualConfig(scale=0.3, hidden=(32, 32)))
-    _perturb(trained.actor)
-    res_dir = trained.save(tmp_path / "residual")
+    base_dir, res_dir = saved_base_and_residual(tmp_path)
 
     node, out, driver_rc, _, common = dry_run(
         tmp_path, "r", ["episodes=2", "+env.task_config.episode_steps=15"],

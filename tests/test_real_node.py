@@ -32,6 +32,20 @@ def topic_overrides(ns: str) -> list[str]:
     return [f"deploy.topics.{n}=/{ns}/{n}" for n in names]
 
 
+def saved_base_and_residual(tmp_path):
+    """(base dir, residual dir): a small diffusion base for lift and a residual on it whose actor is perturbed away
+    from zero (so it changes the base's actions), both saved as checkpoints."""
+    from policies.residual import ResidualConfig, ResidualPolicy
+    from tests.test_rl_residual import _diffusion, _perturb
+
+    env = lift_env()
+    base = _diffusion(env)
+    env.close()
+    trained = ResidualPolicy.build(base, ResidualConfig(scale=0.3, hidden=(32, 32)))
+    _perturb(trained.actor)
+    return base.save(tmp_path / "base"), trained.save(tmp_path / "residual")
+
+
 class Rig:
     """Sim driver + control node (threads) + an operator participant, on a private DDS domain and namespace."""
 
@@ -377,19 +391,11 @@ def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig
     the loop; on the recorded observations each executed action equals what the in-process ResidualPolicy (the
     evaluation path: PolicyRunner, ChunkQueue, compose) computes from the same base actions."""
     from policies import load_policy
-    from policies.residual import ResidualConfig, ResidualPolicy
     from policies.runner import PolicyRunner
     from real.residual import load_residual
     from robot_rl.data.episode_store import EpisodeStore
-    from tests.test_rl_residual import _diffusion, _perturb
 
-    env = lift_env()
-    base = _diffusion(env)
-    env.close()
-    base_dir = base.save(tmp_path / "base")
-    trained = ResidualPolicy.build(base, ResidualConfig(scale=0.3, hidden=(32, 32)))
-    _perturb(trained.actor)
-    res_dir = trained.save(tmp_path / "residual")
+    base_dir, res_dir = saved_base_and_residual(tmp_path)
     chunks = []
     rig = rig_factory(policy=str(base_dir), record=True, residual=load_residual(str(res_dir)), on_chunk=chunks.append)
     s = rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps with the residual in the loop")
@@ -405,7 +411,7 @@ def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig
         cover = [c[t - start] for _, _, start, c, _ in chunks if start <= t < start + len(c)]
         base_actions.append(cover[-1])
     policy = load_policy(res_dir)
-    policy.base = ScheduledBase(base.spec, base_actions)
+    policy.base = ScheduledBase(policy.base.spec, base_actions)
     runner = PolicyRunner(policy, 1)
     expected = np.concatenate([runner.act({k: v[t:t + 1] for k, v in obs.items()}) for t in range(len(executed))])
     assert np.abs(expected - np.stack(base_actions)).max() > 0.01  # the residual did something

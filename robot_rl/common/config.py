@@ -67,19 +67,18 @@ def defaults(cls: type, **required: Any) -> dict:
     return out
 
 
-def register(group: str | None, name: str, cls: type, package: str | None = None, **required: Any) -> None:
-    """Store `cls`'s defaults in Hydra's ConfigStore as `<group>/<name>` (a YAML of the group extends it)."""
+def register(group: str, name: str, cls: type) -> None:
+    """Store `cls`'s defaults in Hydra's ConfigStore as `<group>/<name>`; a YAML extends the node by listing
+    `- /<group>/<name>@_here_` in its defaults."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(group=group, name=name, node=defaults(cls, **required), package=package)
+    ConfigStore.instance().store(group=group, name=name, node=defaults(cls))
 
 
 # ---- conversion ---------------------------------------------------------------------------------------------
 def _container(node: Any) -> Any:
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        return node
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
     if isinstance(node, (DictConfig, ListConfig)):
         return OmegaConf.to_container(node, resolve=True)
     return node
@@ -182,4 +181,5 @@ def _describe(tp: Any) -> str:
         return "a mapping"
     if dataclasses.is_dataclass(tp):
         return f"a mapping of {tp.__name__} keys"
-    return {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}.get(tp, getattr(tp, "__name__", str(tp)))
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+    return names.get(tp, getattr(tp, "__name__", str(tp)))
