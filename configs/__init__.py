@@ -19,6 +19,7 @@ SCHEMAS = {
     "diffusion": "policies.diffusion.policy:DiffusionConfig",
     "vla": "policies.vla.policy:VLAConfig",
     "bc": "robot_rl.train_bc:BCConfig",
+    "train_reward": "robot_rl.reward.train:RewardTrainConfig",
     "deploy": "real.config:DeployConfig",
     "distributed": "robot_rl.rl.distributed.config:DistributedConfig",
 }

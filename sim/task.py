@@ -130,7 +130,7 @@ class Task:
     colored_geoms: tuple[str, ...] = ()  # geoms whose rgba `episode_colors` sets per episode
     # observation columns ("key[i:j]") that describe the task's state, not the arm's: where the object is relative to
     # the gripper and the goal, how open the gripper is. The reward model's labels compare failed states with
-    # successful ones in these columns (robot_rl/reward/train.py); () = every vector observation
+    # successful ones in these columns (robot_rl/reward/episodes.py); () = every vector observation
     progress_features: tuple[str, ...] = ()
 
     @property

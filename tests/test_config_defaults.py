@@ -45,6 +45,8 @@ CASES = [
     ("teleop", [], "hil", "scripted_human", set()),
     ("train_bc", [], "policy", "diffusion", {"kind"}),
     ("train_bc", ["policy=vla"], "policy", "vla", {"kind"}),
+    ("train_reward", ["data=x"], "", "train_reward", {"name", "data", "rollouts", "torch_threads", "env"}),
+    ("quickstart", [], "reward", "train_reward", {"steps", "seed"}),
 ]
 
 
@@ -123,3 +125,19 @@ def test_the_conversion_names_unknown_keys_and_wrong_types():
     # what the conversion accepts: whole floats for ints (2e6), lists for tuples, a union's second type
     rl = from_mapping(cls, {"env_steps": 2e6, "residual": {"hidden": [64, 64], "base_features": "auto"}}, "rl")
     assert rl.env_steps == 2_000_000 and rl.residual.hidden == (64, 64) and rl.residual.base_features == "auto"
+
+
+def test_reward_training_from_python_and_the_command_line_agree(compose_cfg):
+    """RewardTrainConfig() is what robot-rl-train-reward composes; auto sizes resolve by the model's inputs."""
+    cls = configs.schema_class("train_reward")
+    cfg = compose_cfg("train_reward", "data=x")
+    got = from_mapping(cls, {k: v for k, v in cfg.items() if k in {f.name for f in dataclasses.fields(cls)}})
+    assert got == cls()
+    assert (cls().resolved(images=False).steps, cls().resolved(images=False).batch_size) == (3000, 512)
+    assert (cls().resolved(images=True).steps, cls().resolved(images=True).batch_size) == (500, 64)
+    assert cls(steps=7).resolved(images=True).steps == 7
+    with pytest.raises(ConfigError, match=r"inputs\.cameras\[0\]=3 must be a string"):
+        from_mapping(cls, {"inputs": {"cameras": [3]}})
+    with pytest.raises(ValueError, match=r"image_encoder\.channels=\[12\] must be a list of widths >= 1, each "
+                                         r"divisible by image_encoder\.groups=8"):
+        from_mapping(cls, {"image_encoder": {"channels": [12]}})

@@ -12,7 +12,7 @@ from robot_rl.common.checkpoint import CheckpointError
 from robot_rl.reward import LearnedReward, RewardModel, RewardSpec, load_reward_model, potential_shaping
 from robot_rl.reward import labels as L
 from robot_rl.reward.metrics import auroc, rankdata, rates, spearman, threshold_for_tpr
-from robot_rl.reward.train import Episodes, RewardDataError, check_outcomes
+from robot_rl.reward.episodes import Episodes, RewardDataError, check_outcomes
 
 torch.set_num_threads(1)
 SPEC = RewardSpec(task="lift", obs_dims={"proprio": 3, "object": 2})

@@ -138,7 +138,7 @@ def test_failed_states_are_compared_in_the_tasks_progress_columns(stores, traine
     """auto (default): lift's progress_features (cube - ee, height to go, gripper width); selectors pick columns;
     a selector past a key's size or of a missing key is refused naming both."""
     from robot_rl.reward.model import RewardSpec
-    from robot_rl.reward.train import RewardDataError, load_episodes
+    from robot_rl.reward.episodes import RewardDataError, load_episodes
 
     run, _ = trained
     m = json.loads((run / "metrics.json").read_text())
@@ -164,7 +164,7 @@ def test_failed_states_are_compared_in_the_tasks_progress_columns(stores, traine
 
 @pytest.mark.parametrize("task", sorted(sim.TASKS))
 def test_every_tasks_progress_columns_fit_its_observations(task):
-    from robot_rl.reward.train import parse_selectors
+    from robot_rl.reward.episodes import parse_selectors
     from sim.tasks import TASKS
 
     env = sim.make(task, num_envs=1)

@@ -16,7 +16,7 @@ from policies.base import SpecMismatch
 from robot_rl.data import EpisodeStore
 from robot_rl.data.episode_store import Episode
 from robot_rl.reward import LearnedReward, RewardModel, RewardSpec, load_reward_model
-from robot_rl.reward.train import RewardDataError, load_episodes
+from robot_rl.reward.episodes import RewardDataError, load_episodes
 
 torch.set_num_threads(1)
 SIZE = 32

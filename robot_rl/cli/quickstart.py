@@ -15,7 +15,7 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from robot_rl.common.cli import fail, number, progress_bar, whole
+from robot_rl.common.cli import fail, number, or_fail, progress_bar, whole
 from robot_rl.cli.common import env_config, make_env, set_torch_threads
 from robot_rl.cli.train_bc import bc_config, open_store, policy_config
 from robot_rl.cli.train_residual import rl_config, run_with_budget_bar
@@ -23,15 +23,11 @@ from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
 def reward_config(node):
-    """Validated RewardTrainConfig from the quickstart's `reward` node (defaults for keys it leaves out)."""
-    from omegaconf import OmegaConf
-
+    """Validated RewardTrainConfig from the quickstart's `reward` node (schema/train_reward + its changes)."""
+    from robot_rl.common.config import from_mapping
     from robot_rl.reward.train import RewardTrainConfig
 
-    try:
-        return RewardTrainConfig(**OmegaConf.to_container(node, resolve=True))
-    except (TypeError, ValueError) as e:
-        fail(f"reward: {e}")
+    return or_fail(from_mapping, RewardTrainConfig, node, "reward")
 
 
 def _check(cfg: DictConfig):
@@ -134,7 +130,8 @@ def main(cfg: DictConfig) -> None:
             def reward(out):
                 from robot_rl.data import EpisodeStore
                 from robot_rl.reward.model import CHECKPOINT_DIR, RewardSpec
-                from robot_rl.reward.train import load_episodes, train_reward
+                from robot_rl.reward.episodes import load_episodes
+                from robot_rl.reward.train import train_reward
                 from robot_rl.common.run_log import RunLog
 
                 stores = [EpisodeStore.open(demos_path), EpisodeStore.open(run_dir / "rollouts" / "episodes.zarr")]

@@ -16,58 +16,15 @@ import dataclasses
 import time
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from robot_rl.common.cli import fail, progress_bar, whole
+from robot_rl.common.cli import fail, or_fail, progress_bar, whole
+from robot_rl.common.config import from_mapping
 from robot_rl.cli.common import env_config, make_env, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
-# steps / batch_size: auto -> (state-only, with cameras); frames through the ResNet are the cost on CPU
-AUTO = {"steps": (3000, 500), "batch_size": (512, 64)}
-INSTRUCTION = ("true", "false", "auto")
-
-
-def _inputs(cfg: DictConfig) -> tuple[list[str] | None, list[str], str]:
-    """(state keys or None = every key, cameras, instruction setting) from cfg.inputs, or fail."""
-    node = OmegaConf.to_container(cfg.inputs, resolve=True) if cfg.get("inputs") is not None else {}
-    unknown = sorted(set(node) - {"state", "cameras", "instruction"})
-    if unknown:
-        fail(f"unknown inputs key(s) {unknown}; valid: cameras, instruction, state")
-    state, cameras = node.get("state"), node.get("cameras") or []
-    if state is not None and not (isinstance(state, list) and all(isinstance(k, str) and k for k in state)):
-        fail(f"inputs.state={state!r} must be a list of observation keys (e.g. [proprio]), [] or null (every key)")
-    if not (isinstance(cameras, list) and all(isinstance(c, str) and c for c in cameras)):
-        fail(f"inputs.cameras={cameras!r} must be a list of camera names, e.g. [front,wrist]")
-    if len(set(cameras)) != len(cameras):
-        fail(f"inputs.cameras={cameras} names a camera twice")
-    instruction = node.get("instruction", "auto")
-    instruction = {True: "true", False: "false"}.get(instruction, instruction)
-    if instruction not in INSTRUCTION:
-        fail(f"inputs.instruction={instruction!r} must be one of {', '.join(INSTRUCTION)}")
-    return state, cameras, instruction
-
-
-def _image_encoder(node) -> dict:
-    """cfg.image_encoder validated (whole numbers, widths divisible by groups), or fail."""
-    from robot_rl.reward.model import IMAGE_ENCODER
-
-    values = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-    unknown = sorted(set(values) - set(IMAGE_ENCODER))
-    if unknown:
-        fail(f"unknown image_encoder key(s) {unknown}; valid: {', '.join(sorted(IMAGE_ENCODER))}")
-    values = {**IMAGE_ENCODER, **values}
-    for k in ("groups", "grid", "token_dim", "downsample"):
-        whole(f"image_encoder.{k}", values[k], 1)
-    whole("image_encoder.shift", values["shift"], 0)
-    ch = values["channels"]
-    if not (isinstance(ch, list) and ch and all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
-                                                and c % values["groups"] == 0 for c in ch)):
-        fail(f"image_encoder.channels={ch!r} must be a list of widths >= 1, each divisible by "
-             f"image_encoder.groups={values['groups']}")
-    return values
-
-
-def _configs(cfg: DictConfig, images: bool):
+def _configs(cfg: DictConfig):
+    """(env config, RewardTrainConfig with steps / batch_size resolved) from the command line, or fail."""
     from robot_rl.reward.train import RewardTrainConfig
 
     env_cfg = env_config(cfg.env)
@@ -75,30 +32,10 @@ def _configs(cfg: DictConfig, images: bool):
         fail("data=PATH must name an episode store of demonstrations (robot-rl-collect out=PATH writes one)")
     if cfg.rollouts is not None and not (isinstance(cfg.rollouts, str) and cfg.rollouts):
         fail(f"rollouts={cfg.rollouts!r} must be an episode store path (robot-rl-collect policy=... out=PATH) or null")
-    fields = {f.name for f in dataclasses.fields(RewardTrainConfig)}
-    values = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in fields}
-    for k, (state_only, with_cameras) in AUTO.items():
-        if values[k] == "auto":
-            values[k] = with_cameras if images else state_only
-    for k in ("steps", "batch_size", "log_every", "positive_frames", "failure_neighbors"):
-        whole(k, values[k], 1)
-    for k in ("gap_frames", "seed"):
-        whole(k, values[k], 0)
     whole("torch_threads", cfg.torch_threads, 0)
-    values["image_encoder"] = _image_encoder(cfg.get("image_encoder"))
-    keys = values.get("failure_neighbor_keys")
-    if keys not in (None, "auto") and not (isinstance(keys, list) and all(isinstance(k, str) and k for k in keys)):
-        fail(f"failure_neighbor_keys={keys!r} must be auto, null (every vector key) or a list of selectors "
-             "(key, key[i] or key[i:j], e.g. [object[7:11],proprio[14]])")
-    for k in ("lr", "weight_decay", "obs_noise", "min_tpr", "val_fraction", "test_fraction", "failure_distance_scale"):
-        if not (isinstance(values[k], (int, float)) and not isinstance(values[k], bool)):
-            fail(f"{k}={values[k]!r} must be a number")
-    if not (isinstance(values["hidden"], list) and all(isinstance(h, int) and h >= 1 for h in values["hidden"])):
-        fail(f"hidden={values['hidden']!r} must be a list of layer widths >= 1, e.g. [256,256]")
-    try:
-        return env_cfg, RewardTrainConfig(**values)
-    except ValueError as e:
-        fail(str(e))
+    fields = {f.name for f in dataclasses.fields(RewardTrainConfig)}
+    train_cfg = or_fail(from_mapping, RewardTrainConfig, {k: v for k, v in cfg.items() if k in fields})
+    return env_cfg, train_cfg.resolved(images=bool(train_cfg.inputs.cameras))
 
 
 def _open(path: str, what: str):
@@ -121,7 +58,7 @@ def instruction_names_goal(task) -> bool:
 def build_spec(task: str, obs_dims: dict[str, int], task_obj, stores, state, cameras, instruction: str):
     """The RewardSpec of the inputs the config selects, with frame sizes from the stores; fails naming the problem."""
     from robot_rl.reward.model import RewardSpec
-    from robot_rl.reward.train import RewardDataError, camera_shapes
+    from robot_rl.reward.episodes import RewardDataError, camera_shapes
 
     keys = list(obs_dims) if state is None else state
     unknown = [k for k in keys if k not in obs_dims]
@@ -140,13 +77,14 @@ def build_spec(task: str, obs_dims: dict[str, int], task_obj, stores, state, cam
 
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="train_reward")
 def main(cfg: DictConfig) -> None:
-    state, cameras, instruction = _inputs(cfg)
-    env_cfg, train_cfg = _configs(cfg, images=bool(cameras))
+    env_cfg, train_cfg = _configs(cfg)
+    state, cameras, instruction = train_cfg.inputs.state, list(train_cfg.inputs.cameras), train_cfg.inputs.instruction
     set_torch_threads(int(cfg.torch_threads))
     stores = [_open(cfg.data, "data")] + ([_open(cfg.rollouts, "rollouts")] if cfg.rollouts is not None else [])
 
     from robot_rl.reward.model import CHECKPOINT_DIR
-    from robot_rl.reward.train import RewardDataError, load_episodes, rollout_policies, train_reward
+    from robot_rl.reward.episodes import RewardDataError, load_episodes, rollout_policies
+    from robot_rl.reward.train import train_reward
     from robot_rl.common.run_log import RunLog
 
     env = make_env(env_cfg)  # only for the task's observation spec

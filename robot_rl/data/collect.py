@@ -18,7 +18,7 @@ from robot_rl.data.recorder import EpisodeRecorder, step_schema
 
 def policy_metadata(path, policy) -> dict:
     """Collect metadata of a BasePolicy's rollouts: its path as given and its weights hash
-    (BasePolicy.weights_sha256), by which robot_rl.reward.train.rollout_policies tells whose failures a reward model
+    (BasePolicy.weights_sha256), by which robot_rl.reward.episodes.rollout_policies tells whose failures a reward model
     saw, wherever the checkpoint was copied to."""
     return {"policy": str(path), "policy_sha256": policy.weights_sha256()}
 

@@ -19,7 +19,7 @@ the label, undoing returns to an earlier state's label. The distance discount lo
 episode comes near (arm raised without the cube, cube knocked away): the configurations failures end in,
 which a model trained on successes alone extrapolates to high progress. Phi is a function of the state
 only, so with potential-based shaping (shaping.py) stalling earns nothing and undoing pays back what was
-gained. Distances are taken between vector observations (robot_rl/reward/train.py: the task's progress_features
+gained. Distances are taken between vector observations (robot_rl/reward/episodes.py: the task's progress_features
 by default, else every vector key the stores hold, whatever the model reads; frames pooled to 8x8 when there are
 none). Over every key, the 14 joint angles and velocities dominate the distance and say little about how far
 the task is; the labels themselves then correlate 0.82-0.84 with true progress on lift, 0.89-0.90 over the

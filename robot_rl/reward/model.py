@@ -166,13 +166,24 @@ TEXT_SCALE_FLOOR = 0.02  # lowest scale of the centred instruction embeddings (O
 
 
 def image_encoder_options(options: dict | None) -> dict:
-    """IMAGE_ENCODER with `options` over it; ValueError naming an unknown key."""
+    """IMAGE_ENCODER with `options` over it, checked: ValueError naming an unknown key or a bad value."""
     options = dict(options or {})
     unknown = sorted(set(options) - set(IMAGE_ENCODER))
     if unknown:
-        raise ValueError(f"unknown image_encoder key(s) {unknown}; valid: {sorted(IMAGE_ENCODER)}")
+        raise ValueError(f"unknown image_encoder key(s) {unknown}; valid: {', '.join(sorted(IMAGE_ENCODER))}")
     out = {**IMAGE_ENCODER, **options}
-    out["channels"] = [int(c) for c in out["channels"]]
+
+    def whole(v, lo: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+    for k in ("groups", "grid", "token_dim", "downsample", "shift"):
+        if not whole(out[k], 0 if k == "shift" else 1):
+            raise ValueError(f"image_encoder.{k}={out[k]!r} must be a whole number >= {0 if k == 'shift' else 1}")
+    ch = out["channels"]
+    if not (isinstance(ch, (list, tuple)) and ch and all(whole(c, 1) and c % out["groups"] == 0 for c in ch)):
+        raise ValueError(f"image_encoder.channels={ch!r} must be a list of widths >= 1, each divisible by "
+                         f"image_encoder.groups={out['groups']}")
+    out["channels"] = [int(c) for c in ch]
     return out
 
 

@@ -145,7 +145,7 @@ def _relabel_from_store(replay, reward: LearnedReward, unflatten, store, kept: i
                          "built by demo_replay(store, ...) and pass store=")
     spec = reward.model.spec
     if spec.image_shapes:
-        from robot_rl.reward.train import camera_shapes
+        from robot_rl.reward.episodes import camera_shapes
 
         shapes = camera_shapes([store], list(spec.image_shapes), spec.task)  # a missing camera: how to record it
         for k, want in spec.image_shapes.items():
@@ -155,7 +155,7 @@ def _relabel_from_store(replay, reward: LearnedReward, unflatten, store, kept: i
     text = None
     if spec.instruction:
         from robot_rl.reward.labels import episode_index
-        from robot_rl.reward.train import episode_instructions
+        from robot_rl.reward.episodes import episode_instructions
 
         text = episode_instructions(store)[episode_index(store.episode_ends)[0]]  # [store steps]
     d = replay.data

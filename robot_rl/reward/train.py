@@ -32,60 +32,92 @@ Reads top-down:
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from robot_rl.reward import labels as L
+from robot_rl.reward.episodes import FAILURE_HELP, Episodes, RewardDataError, check_outcomes
 from robot_rl.reward.metrics import auroc, rates, spearman, threshold_for_tpr
-from robot_rl.reward.model import CHECKPOINT_DIR, RewardModel, RewardSpec, image_encoder_options
+from robot_rl.reward.model import CHECKPOINT_DIR, IMAGE_ENCODER, RewardModel, RewardSpec, image_encoder_options
 
-FAILURE_HELP = ("collect base-policy rollouts, which include failures, with robot-rl-collect task={task} "
-                "policy=<train-bc run>/policy episodes=200 out=ROLLOUTS and pass rollouts=ROLLOUTS")
+# steps / batch_size "auto": (state-only, with cameras); frames through the ResNet are the cost on CPU
+AUTO = {"steps": (3000, 500), "batch_size": (512, 64)}
 
 
-class RewardDataError(ValueError):
-    """The episode stores cannot train a reward model; the message says what is missing and how to get it."""
+@dataclasses.dataclass
+class RewardInputs:
+    """What both networks read (robot-rl-train-reward inputs.*; the RewardSpec is built from it and the stores)."""
+
+    state: tuple[str, ...] | None = None  # vector observation keys, e.g. [proprio]; None = every key; [] = none
+    cameras: tuple[str, ...] = ()  # camera frames, e.g. [front,wrist]: the stores need obs/images/<camera>
+    # the episode's instruction: true | false | auto (= the task's instruction names the episode's goal, e.g.
+    # color_lift; lift's are paraphrases of one goal)
+    instruction: Literal["true", "false", "auto"] | bool = "auto"
+
+    def __post_init__(self):
+        self.instruction = {True: "true", False: "false"}.get(self.instruction, self.instruction)
+        if self.instruction not in ("true", "false", "auto"):
+            raise ValueError(f"inputs.instruction={self.instruction!r} must be one of true, false, auto")
+        for name in ("state", "cameras"):
+            keys = getattr(self, name)
+            if keys is not None and not all(isinstance(k, str) and k for k in keys):
+                raise ValueError(f"inputs.{name}={list(keys)!r} must be a list of names, e.g. "
+                                 + ("[proprio]" if name == "state" else "[front,wrist]"))
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ValueError(f"inputs.cameras={list(self.cameras)} names a camera twice")
 
 
 @dataclasses.dataclass
 class RewardTrainConfig:
-    """Everything the training reads (defaults in configs/train_reward.yaml)."""
+    """Everything reward-model training reads; the one place its defaults live (robot-rl-train-reward's YAML
+    and the quickstart's reward stage extend schema/train_reward)."""
 
-    steps: int = 3000  # gradient steps per network
-    batch_size: int = 512
-    lr: float = 1e-3
+    inputs: RewardInputs = dataclasses.field(default_factory=RewardInputs)
+    # gradient steps per network (progress model, then success classifier); auto = 3000 state-only, 500 with
+    # cameras (AUTO)
+    steps: int | Literal["auto"] = "auto"
+    batch_size: int | Literal["auto"] = "auto"  # auto = 512 state-only, 64 with cameras
+    # camera encoder of both networks (model.IMAGE_ENCODER: channels, groups, grid, token_dim, shift, downsample)
+    image_encoder: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(IMAGE_ENCODER))
+    lr: float = 1e-3  # AdamW, cosine decay to 0 over `steps`
     weight_decay: float = 1e-4
-    hidden: tuple[int, ...] = (256, 256)
-    failure_neighbors: int = 50  # successful states a failed state's progress target is averaged from
-    failure_distance_scale: float = 0.1  # discount of that target with distance (labels.py); 0: none
-    obs_noise: float = 0.1  # std of Gaussian noise on normalized observations during training (0: none)
-    positive_frames: int = 2  # last steps of a successful episode that are success-classifier positives
+    hidden: tuple[int, ...] = (256, 256)  # MLP widths of both networks (LayerNorm + SiLU)
+    # a failed state's progress target: mean t/T of its nearest successful states (failure_neighbors) times
+    # exp(-scale * (distance / median distance)^2) (failure_distance_scale; 0 = no discount; labels.py)
+    failure_neighbors: int = 50
+    failure_distance_scale: float = 0.1
+    # the neighbour search's columns: auto = the task's progress_features (every vector key for a task without
+    # them), None = every vector key, or selectors [object[7:11],proprio[14]]; no vector keys in the stores:
+    # frames pooled to 8x8
+    failure_neighbor_keys: tuple[str, ...] | Literal["auto"] | None = "auto"
+    obs_noise: float = 0.1  # training noise on normalized vector observations, in units of each dimension's std
+    positive_frames: int = 2  # last steps of a successful episode labelled success
     gap_frames: int = 3  # steps before those left out of the classifier's data (nearly successful)
-    min_tpr: float = 0.9  # the threshold is the highest that detects this share of the val positives
-    val_fraction: float = 0.1  # episodes for threshold calibration
-    test_fraction: float = 0.2  # held-out episodes for the reported metrics
-    log_every: int = 100
-    seed: int = 0
-    image_encoder: dict = dataclasses.field(default_factory=dict)  # model.IMAGE_ENCODER keys to change (cameras)
-    # the neighbour search's columns: "auto" (the task's progress_features, else every vector key), None (every
-    # vector key) or selectors "key", "key[i]", "key[i:j]"
-    failure_neighbor_keys: tuple[str, ...] | str | None = "auto"
+    min_tpr: float = 0.9  # threshold = the highest that detects this share of the val episodes' success states
+    val_fraction: float = 0.1  # episodes for threshold calibration (stratified by outcome)
+    test_fraction: float = 0.2  # held-out episodes for the reported metrics (stratified by outcome)
+    log_every: int = 100  # gradient steps between TensorBoard points
+    seed: int = 0  # split, minibatch and init seed
 
     def __post_init__(self):
+        if isinstance(self.inputs, dict):
+            self.inputs = RewardInputs(**self.inputs)
         self.hidden = tuple(int(h) for h in self.hidden)
-        self.image_encoder = image_encoder_options(self.image_encoder or {})
-        if self.failure_neighbor_keys is not None and self.failure_neighbor_keys != "auto":
-            if isinstance(self.failure_neighbor_keys, str):
-                raise ValueError(f"failure_neighbor_keys={self.failure_neighbor_keys!r} must be auto, null or a "
-                                 "list of selectors like [object, proprio[14]]")
+        self.image_encoder = image_encoder_options(self.image_encoder)
+        if isinstance(self.failure_neighbor_keys, str) and self.failure_neighbor_keys != "auto":
+            raise ValueError(f"failure_neighbor_keys={self.failure_neighbor_keys!r} must be auto, null or a "
+                             "list of selectors like [object, proprio[14]]")
+        if isinstance(self.failure_neighbor_keys, (list, tuple)):
             self.failure_neighbor_keys = tuple(str(k) for k in self.failure_neighbor_keys)
+        for name in AUTO:
+            value = getattr(self, name)
+            if value != "auto" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ValueError(f"{name}={value!r} must be a whole number >= 1 or auto")
         checks = [
-            ("steps", self.steps >= 1, ">= 1"), ("batch_size", self.batch_size >= 1, ">= 1"),
             ("lr", self.lr > 0, "> 0"), ("weight_decay", self.weight_decay >= 0, ">= 0"),
             ("hidden", bool(self.hidden) and min(self.hidden) >= 1, "one or more widths >= 1"),
             ("obs_noise", self.obs_noise >= 0, ">= 0"), ("failure_neighbors", self.failure_neighbors >= 1, ">= 1"),
@@ -103,230 +135,10 @@ class RewardTrainConfig:
                 value = getattr(self, name, self.val_fraction + self.test_fraction)
                 raise ValueError(f"{name}={value!r} must be {rule}")
 
-
-@dataclasses.dataclass
-class Episodes:
-    """Every step of the training stores, concatenated; `gt_*` are simulator ground truth, evaluation only."""
-
-    obs: dict[str, np.ndarray]  # what the model reads: key -> [steps, dim] float32 | uint8 [steps, H, W, 3]
-    ends: np.ndarray  # [episodes] cumulative
-    success: np.ndarray  # [episodes] outcome
-    source: np.ndarray  # [episodes] expert | teleop | policy | intervention
-    store: np.ndarray  # [episodes] index of the store it came from
-    gt_progress: np.ndarray | None  # [steps] the env's progress after each step, when recorded
-    gt_success: np.ndarray | None  # [steps] the env's success flag of each step, when recorded
-    instruction: np.ndarray | None = None  # [episodes] str, when the model reads instructions
-    features: np.ndarray | None = None  # [steps, D] the failed-state neighbour search's space (None: obs vectors)
-    feature_keys: tuple[str, ...] = ()  # what `features` holds: vector keys, or "images/<camera>@8x8"
-
-    @property
-    def n_episodes(self) -> int:
-        return len(self.ends)
-
-    def step_instructions(self) -> np.ndarray | None:
-        """[steps] str: each step's episode instruction (None without instructions)."""
-        if self.instruction is None:
-            return None
-        episode, _, _ = L.episode_index(self.ends)
-        return np.asarray(self.instruction, dtype=object)[episode]
-
-
-def collect_hint(task: str, cameras) -> str:
-    return f"robot-rl-collect task={task} ... env.cameras=[{','.join(cameras)}]"
-
-
-def camera_shapes(stores: Sequence, cameras: Sequence[str], task: str) -> dict[str, list[int]]:
-    """{"images/<camera>": [H, W, 3]} of the stores' frames of `cameras`; RewardDataError naming a store that
-    lacks one (and how to record it) or frame sizes that differ between stores."""
-    from policies.base import image_key
-
-    out: dict[str, list[int]] = {}
-    for store in stores:
-        have = sorted(k[len("obs/images/"):] for k in store.keys if k.startswith("obs/images/"))
-        for cam in cameras:
-            key = f"obs/{image_key(cam)}"
-            if key not in store.keys:
-                raise RewardDataError(
-                    f"episode store {store.path} lacks {key} (its cameras: {have}); record the frames with "
-                    f"{collect_hint(task, [c[len('images/'):] if c.startswith('images/') else c for c in cameras])}")
-            shape = [int(x) for x in store.keys[key].shape]
-            prev = out.setdefault(image_key(cam), shape)
-            if prev != shape:
-                raise RewardDataError(f"{key}: frames are {prev[0]}x{prev[1]} in one store and {shape[0]}x{shape[1]} "
-                                      f"in {store.path}; record every store with the same env.image_size")
-    return out
-
-
-def episode_instructions(store) -> np.ndarray:
-    """Per-episode instructions of a store (str object array); RewardDataError when one is empty."""
-    text = np.array([str(x) for x in store.episode_attr("instruction")], dtype=object)
-    empty = [i for i, t in enumerate(text) if not t.strip()]
-    if empty:
-        raise RewardDataError(
-            f"episode store {store.path}: {len(empty)} of {len(text)} episodes have an empty instruction (first: "
-            f"episode {empty[0]}); a reward model with inputs.instruction=true reads each episode's instruction: "
-            "record a task that gives instructions, or set inputs.instruction=false")
-    return text
-
-
-def vector_keys(stores: Sequence) -> dict[str, int]:
-    """Vector observation keys (not frames) every store holds with one per-step shape [dim]: key -> dim."""
-    common = None
-    for store in stores:
-        keys = {k[len("obs/"):]: tuple(spec.shape) for k, spec in store.keys.items()
-                if k.startswith("obs/") and not k.startswith("obs/images/") and len(spec.shape) == 1}
-        common = keys if common is None else {k: v for k, v in common.items() if keys.get(k) == v}
-    return {k: int(v[0]) for k, v in sorted((common or {}).items())}
-
-
-def frame_features(frames: dict[str, np.ndarray], size: int = 8, chunk: int = 2048) -> np.ndarray:
-    """[steps, cameras * size * size * 3] float32: each camera's frames average-pooled to size x size, in [0, 1]
-    (the neighbour-search space of stores without vector observations)."""
-    parts = []
-    for k in sorted(frames):
-        f = frames[k]
-        out = [torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(f[i:i + chunk]).permute(0, 3, 1, 2).float(),
-                                                       size).flatten(1) / 255.0 for i in range(0, len(f), chunk)]
-        parts.append(torch.cat(out).numpy())
-    return np.concatenate(parts, axis=1).astype(np.float32)
-
-
-SELECTOR = re.compile(r"^([A-Za-z_][\w/]*)(?:\[(\d+)(?::(\d+))?\])?$")
-
-
-def task_progress_features(task: str) -> tuple[str, ...]:
-    """The task's `progress_features` selectors (sim task registry), () for a task without them."""
-    from sim.tasks import TASKS
-
-    return tuple(getattr(TASKS.get(task), "progress_features", ()) or ())
-
-
-def parse_selectors(selectors: Sequence[str], available: dict[str, int]) -> list[tuple[str, str, slice]]:
-    """("key[i:j]" | "key[i]" | "key") -> (selector, key, column slice), checked against `available` (key -> dim);
-    RewardDataError naming the selector and the key's size."""
-    out = []
-    for sel in selectors:
-        m = SELECTOR.match(str(sel).strip())
-        if m is None:
-            raise RewardDataError(f"failure_neighbor_keys: {sel!r} is not a selector (key, key[i] or key[i:j], "
-                                  "e.g. object[7:11])")
-        key, a, b = m[1], m[2], m[3]
-        if key not in available:
-            raise RewardDataError(f"failure_neighbor_keys: {[key]} are not vector observations of every store (they "
-                                  f"hold {sorted(available)})")
-        dim = available[key]
-        lo = 0 if a is None else int(a)
-        hi = dim if a is None else (lo + 1 if b is None else int(b))
-        if not (0 <= lo < hi <= dim):
-            raise RewardDataError(f"failure_neighbor_keys: {sel!r} selects columns {lo}:{hi} of {key!r}, which has "
-                                  f"{dim}")
-        out.append((str(sel).strip(), key, slice(lo, hi)))
-    return out
-
-
-def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[str] | str | None = "auto") -> Episodes:
-    """Concatenate the episodes of opened EpisodeStores, checked against `spec` (task, observation keys, cameras,
-    instructions), with the failed-state neighbour search's features (`neighbor_keys`: selectors "key", "key[i]",
-    "key[i:j]" of vector observations; "auto": the task's progress_features, else every vector key; None: every
-    vector key the stores hold; none at all: frame_features of the spec's cameras)."""
-    for store in stores:
-        if store.n_episodes == 0:
-            raise RewardDataError(f"episode store {store.path} has no episodes")
-        tasks = sorted(set(map(str, store.episode_attr("task"))))
-        if tasks != [spec.task]:
-            raise RewardDataError(f"episode store {store.path} holds task(s) {tasks}, the reward model is for "
-                                  f"task {spec.task!r}; set task=... to match or pass a store of {spec.task!r}")
-    shapes = camera_shapes(stores, list(spec.image_shapes), spec.task)
-    for k, want in spec.image_shapes.items():
-        if shapes[k] != list(want):
-            raise RewardDataError(f"the reward model reads {k} {want[0]}x{want[1]}, the stores hold "
-                                  f"{shapes[k][0]}x{shapes[k][1]} frames")
-    available = vector_keys(stores)
-    if isinstance(neighbor_keys, str) and neighbor_keys == "auto":
-        task_cols = task_progress_features(spec.task)
-        task_keys = {SELECTOR.match(s)[1] for s in task_cols}
-        neighbor_keys = list(task_cols) if task_cols and task_keys <= set(available) else None
-    if neighbor_keys is None:
-        neighbor_keys = list(available)
-    columns = parse_selectors(neighbor_keys, available)
-    neighbor_keys = list(dict.fromkeys(key for _, key, _ in columns))
-    if not neighbor_keys and not spec.image_shapes:
-        raise RewardDataError("the stores hold no vector observations and the model reads no camera: there is "
-                              "nothing to compare failed states with successful ones")
-    extra = [k for k in neighbor_keys if k not in spec.obs_dims]  # read for the labels only
-    obs = {k: [] for k in [*spec.obs_dims, *spec.image_shapes]}
-    side = {k: [] for k in extra}
-    ends, success, source, which, gt_p, gt_s, text, offset = [], [], [], [], [], [], [], 0
-    for i, store in enumerate(stores):
-        for k, d in spec.obs_dims.items():
-            key = f"obs/{k}"
-            if key not in store.keys:
-                raise RewardDataError(f"episode store {store.path} lacks {key} (it has {sorted(store.keys)})")
-            if tuple(store.keys[key].shape) != (d,):
-                raise RewardDataError(f"episode store {store.path}: {key} has per-step shape "
-                                      f"{tuple(store.keys[key].shape)}, task {spec.task!r} observes ({d},)")
-            obs[k].append(store.read(key).astype(np.float32))
-        for k in spec.image_shapes:
-            obs[k].append(store.read(f"obs/{k}"))  # uint8, as stored
-        for k in extra:
-            side[k].append(store.read(f"obs/{k}").astype(np.float32))
-        if spec.instruction:
-            text.append(episode_instructions(store))
-        ends.append(store.episode_ends + offset)
-        offset += store.n_steps
-        success.append(store.episode_attr("success").astype(bool))
-        source.append(np.array([str(s) for s in store.episode_attr("source")]))
-        which.append(np.full(store.n_episodes, i))
-        gt_p.append(store.read("progress").astype(np.float32) if "progress" in store.keys else None)
-        gt_s.append(store.read("success").astype(bool) if "success" in store.keys else None)
-    cat = lambda parts: None if any(p is None for p in parts) else np.concatenate(parts)  # noqa: E731
-    obs = {k: np.concatenate(v) for k, v in obs.items()}
-    side = {k: np.concatenate(v) for k, v in side.items()}
-    if columns:
-        keys = tuple(sel for sel, _, _ in columns)
-        features = np.concatenate([(obs[k] if k in obs else side[k])[:, cols] for _, k, cols in columns], axis=1)
-    else:
-        keys = tuple(f"{k}@8x8" for k in sorted(spec.image_shapes))
-        features = frame_features({k: obs[k] for k in spec.image_shapes})
-    return Episodes(obs, np.concatenate(ends), np.concatenate(success), np.concatenate(source), np.concatenate(which),
-                    cat(gt_p), cat(gt_s), np.concatenate(text) if spec.instruction else None, features, keys)
-
-
-def rollout_policies(stores: Sequence) -> list[dict]:
-    """The policies whose rollouts (source "policy") the stores hold, from the episodes' collect metadata:
-    [{"policy": path as recorded, "sha256": weights hash or None (stores recorded before hashes were), "episodes",
-    "failed"}], one entry per (hash, path). A reward model keeps the list (info) so residual RL can tell whether
-    the base it refines is among them (robot_rl.reward.model.rollout_mismatch)."""
-    import json
-
-    out: dict[tuple, dict] = {}
-    for store in stores:
-        source = store.episode_attr("source")
-        success = store.episode_attr("success").astype(bool)
-        for meta, src, ok in zip(store.episode_attr("metadata"), source, success):
-            if str(src) != "policy":
-                continue
-            meta = json.loads(str(meta))  # the store validated it as a JSON object when it was appended
-            key = (meta.get("policy_sha256"), meta.get("policy"))
-            entry = out.setdefault(key, {"policy": key[1], "sha256": key[0], "episodes": 0, "failed": 0})
-            entry["episodes"] += 1
-            entry["failed"] += int(not ok)
-    return list(out.values())
-
-
-def check_outcomes(data: Episodes, task: str) -> None:
-    """Both outcomes must be present: successes anchor progress and positives, failures are the negatives."""
-    n_ok = int(data.success.sum())
-    n_fail = data.n_episodes - n_ok
-    if n_fail < 2:
-        raise RewardDataError(
-            f"the data holds {n_fail} failed episode(s) of {data.n_episodes}: the success classifier needs failures "
-            f"(at least 2, some held out), and the progress model needs them so that stalling is not rewarded; "
-            + FAILURE_HELP.format(task=task))
-    if n_ok < 2:
-        raise RewardDataError(
-            f"the data holds {n_ok} successful episode(s) of {data.n_episodes}: progress labels and classifier "
-            f"positives come from successes; add demonstrations (robot-rl-collect task={task} out=DEMOS)")
+    def resolved(self, images: bool) -> "RewardTrainConfig":
+        """This config with steps / batch_size "auto" replaced by the value for state-only or camera models."""
+        return dataclasses.replace(self, **{k: pair[int(images)] for k, pair in AUTO.items()
+                                            if getattr(self, k) == "auto"})
 
 
 def step_mask(ends: np.ndarray, episodes: np.ndarray) -> np.ndarray:
@@ -467,6 +279,7 @@ def train_reward(run_dir: Path, cfg: RewardTrainConfig, data: Episodes, spec: Re
                  info: dict | None = None) -> tuple[RewardModel, dict]:
     """Train both networks on `data`, calibrate, evaluate on held-out episodes, save run_dir/reward_model/."""
     run_dir = Path(run_dir)
+    cfg = cfg.resolved(images=bool(spec.image_shapes))
     check_outcomes(data, spec.task)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
