@@ -173,3 +173,37 @@ def test_data_cli_on_a_path_that_is_not_a_store_exits_2_naming_it(tmp_path, comm
     args = [str(missing)] if command == "info" else [str(tmp_path / "out.zarr"), str(missing)]
     proc = run_cli("robot-rl-data", command, *args)
     assert_one_line_error(proc, f"no episode store at {missing}")
+
+
+# ---- damaged stores ---------------------------------------------------------------------------------------
+def test_verify_lists_every_damaged_episode_exits_1_and_info_refuses_them_in_one_line(tmp_path):
+    path = tmp_path / "s.zarr"
+    _make_store(path, 3)
+    (path / "meta/success/c/0").unlink()  # the case: info printed success 0.000 for a lost chunk
+    proc = run_cli("robot-rl-data", "verify", str(path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("episode ")]
+    assert lines == [f"episode {i} (steps {a}-{b}): meta/success chunk c/0 missing"
+                     for i, (a, b) in enumerate([(0, 2), (2, 5), (5, 9)])]
+    assert_one_line_error(run_cli("robot-rl-data", "info", str(path)), "3 damaged episode(s) of 3: 0-2",
+                          "meta/success chunk c/0 missing", "--skip-damaged")
+    summary = json.loads(run_cli("robot-rl-data", "info", str(path), "--json", "--skip-damaged").stdout)
+    assert summary["episodes"] == 0 and summary["success_rate"] is None and summary["damaged_episodes"] == [0, 1, 2]
+
+
+def test_merge_skip_damaged_copies_the_intact_episodes_into_a_clean_store(tmp_path):
+    path, out = tmp_path / "s.zarr", tmp_path / "repaired.zarr"
+    eps = _make_store(path, 45)  # 1,080 steps: obs/proprio rows 1024.. (episodes 43, 44) are chunk c/1/0
+    data = bytearray((path / "data/obs/proprio/c/1/0").read_bytes())
+    data[len(data) // 2] ^= 0x10
+    (path / "data/obs/proprio/c/1/0").write_bytes(bytes(data))
+    assert_one_line_error(run_cli("robot-rl-data", "merge", str(out), str(path)), "2 damaged episode(s) of 45: 43-44",
+                          "checksum mismatch")
+    assert not out.exists()
+    proc = run_cli("robot-rl-data", "merge", str(out), str(path), "--skip-damaged")
+    assert proc.returncode == 0, proc.stderr
+    repaired = EpisodeStore.open(out)
+    assert repaired.n_episodes == 43
+    assert repaired.read("obs/proprio").tolist() == np.concatenate([e.steps["obs/proprio"] for e in eps[:43]]).tolist()
+    clean = run_cli("robot-rl-data", "verify", str(out))
+    assert clean.returncode == 0 and "every chunk present and intact" in clean.stdout, clean.stdout + clean.stderr
