@@ -3,7 +3,7 @@
     python bench/store_integrity.py [--trials 100] [--seed 0]
 
 Builds a store in a temp dir (300 episodes of 1-23 steps: obs/proprio, camera frames, action, reward,
-intervention; 3,600 steps, so the low-dim keys span 4 chunks and the frames 57), then per trial picks an
+intervention; 3,589 steps, so the low-dim keys span 4 chunks and the frames 57), then per trial picks an
 array (data/* or meta/*, uniformly) and one of its committed chunks (uniformly), damages it (the three kinds
 in turn) and asks the store:
   - detected: EpisodeStore.open(path) refuses it (DamagedStoreError, or StoreError for meta/episode_ends), and
