@@ -64,6 +64,8 @@ class BCConfig:
     init: str | None = None  # fine-tune from this checkpoint of the same kind (its architecture and normalization)
     data_mode: str = "memory"  # memory: load the stores' windows once | lazy: read each batch from zarr (stores
     # larger than RAM)
+    skip_damaged: bool = False  # train on the intact episodes of a damaged store (robot-rl-data verify lists the
+    # damaged ones) instead of refusing it
 
     @property
     def paths(self) -> list[str]:
@@ -117,7 +119,7 @@ def store_instructions(store) -> np.ndarray:
 
     text = np.array([str(x) for x in store.episode_attr("instruction")], dtype=object)
     try:
-        uniq = np.unique(text)
+        uniq = np.unique(text[store.good_episodes])  # a damaged, skipped episode's may be unreadable
         check_instructions(list(uniq), len(uniq))
     except ValueError as e:
         raise ValueError(f"episode store {store.path}: {e} (an episode's instruction attribute; record with a task "
@@ -143,7 +145,7 @@ def window_weights(store, sampler, cfg: BCConfig, share: float | None = None) ->
     w = np.ones(len(source))
     for s in np.unique(source):
         w[source == s] = float(sw.get(s, 1.0))
-    human = store.read("intervention")[sampler.anchor_step]
+    human = store.read_rows("intervention", sampler.anchor_step)
     w *= np.where(human, cfg.intervention_weight, np.where(source == "intervention", cfg.autonomous_weight, 1.0))
     if share is not None:
         if w.sum() <= 0:
@@ -235,7 +237,7 @@ class BCWorkspace:
             # per store, per episode: a source=intervention episode (its policy-controlled steps are down-weighted)
             self.correction_episode = [np.array([str(x) == "intervention" for x in s.episode_attr("source")])
                                        for s in stores]
-            human = np.concatenate([s.read("intervention")[sm.anchor_step] for s, sm in zip(stores, samplers)])
+            human = np.concatenate([s.read_rows("intervention", sm.anchor_step) for s, sm in zip(stores, samplers)])
             mass = self.sampler.weight / self.sampler.weight.sum()
             self.mixture = {
                 "windows": [len(sm) for sm in samplers],

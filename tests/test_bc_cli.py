@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 import sim
@@ -83,6 +84,26 @@ def test_train_bc_refuses_a_store_of_another_task(lift_store, tmp_path):
 def test_train_bc_names_a_missing_store(tmp_path):
     proc = run_cli("robot-rl-train-bc", f"data={tmp_path / 'none.zarr'}", "steps=2", *TINY, f"hydra.run.dir={tmp_path}")
     assert_one_line_error(proc, str(tmp_path / "none.zarr"))
+
+
+def test_train_bc_refuses_a_damaged_store_in_one_line_and_skip_damaged_trains_on_the_rest(lift_store, tmp_path):
+    from robot_rl.data.merge import merge_stores
+
+    path = tmp_path / "big.zarr"  # the demos 8 times: over 1,024 steps, so obs/proprio spans two chunks
+    with EpisodeStore.open(path, mode="a") as out:
+        merge_stores(out, [EpisodeStore.open(lift_store)] * 8)
+    store = EpisodeStore.open(path)
+    first_damaged = int(np.searchsorted(store.episode_ends, 1024, side="right"))
+    (path / "data/obs/proprio/c/1/0").unlink()  # the case: training saw zero rows and saved zero stats
+    proc = run_cli("robot-rl-train-bc", f"data={path}", "steps=2", *TINY, f"hydra.run.dir={tmp_path / 'refused'}")
+    assert_one_line_error(proc, f"{path} has {store.n_episodes - first_damaged} damaged episode(s)",
+                          "data/obs/proprio chunk c/1/0 missing", "skip_damaged=true")
+    proc = run_cli("robot-rl-train-bc", f"data={path}", "steps=2", "final_eval=false", "skip_damaged=true", *TINY,
+                   f"hydra.run.dir={tmp_path / 'skipped'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    metrics = json.loads((tmp_path / "skipped" / "metrics.json").read_text())
+    assert metrics["episodes"] == first_damaged and metrics["windows"] == store.episode_ends[first_damaged - 1]
+    assert "keys" not in json.loads((path / "meta/stats/zarr.json").read_text())["attributes"]
 
 
 def test_eval_of_the_expert_reports_success_with_wilson_interval_seeds_and_video(tmp_path):

@@ -117,6 +117,24 @@ def test_collect_with_a_store_of_other_keys_exits_2_before_simulating(tmp_path):
     assert EpisodeStore.open(path).n_episodes == 2
 
 
+def test_collect_again_with_the_same_seed_is_refused_with_the_command_that_appends_new_episodes(tmp_path):
+    """An interrupted run (here: 2 of 3 episodes recorded) re-run as is would record the same episodes again."""
+    out = tmp_path / "lift.zarr"
+    first = run_cli("robot-rl-collect", "episodes=2", "env.num_envs=2", f"out={out}", f"hydra.run.dir={tmp_path / 'r1'}")
+    assert first.returncode == 0, first.stderr
+    again = run_cli("robot-rl-collect", "episodes=3", "env.num_envs=2", f"out={out}", f"hydra.run.dir={tmp_path / 'r2'}")
+    assert_one_line_error(again, f"{out} already holds 2 of the 3 episodes", "seed=0",
+                          f"robot-rl-collect episodes=1 env.num_envs=2 out={out} seed=1")
+    assert EpisodeStore.open(out).n_episodes == 2
+    command = again.stderr.split("under a new seed: ")[1].split()
+    assert command[0] == "robot-rl-collect"
+    resumed = run_cli(*command, f"hydra.run.dir={tmp_path / 'r3'}")
+    assert resumed.returncode == 0, resumed.stderr
+    store = EpisodeStore.open(out)
+    assert store.episode_attr("seed").tolist() == [0, 0, 1]
+    assert len({store.read("obs/object", *store.episode_range(i))[0].tobytes() for i in range(3)}) == 3  # 3 resets
+
+
 def test_collect_config_backend_sets_env_backend():
     from hydra import compose, initialize_config_module
 
@@ -173,3 +191,37 @@ def test_data_cli_on_a_path_that_is_not_a_store_exits_2_naming_it(tmp_path, comm
     args = [str(missing)] if command == "info" else [str(tmp_path / "out.zarr"), str(missing)]
     proc = run_cli("robot-rl-data", command, *args)
     assert_one_line_error(proc, f"no episode store at {missing}")
+
+
+# ---- damaged stores ---------------------------------------------------------------------------------------
+def test_verify_lists_every_damaged_episode_exits_1_and_info_refuses_them_in_one_line(tmp_path):
+    path = tmp_path / "s.zarr"
+    _make_store(path, 3)
+    (path / "meta/success/c/0").unlink()  # the issue's case: info printed success 0.000 for a lost chunk
+    proc = run_cli("robot-rl-data", "verify", str(path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("episode ")]
+    assert lines == [f"episode {i} (steps {a}-{b}): meta/success chunk c/0 missing"
+                     for i, (a, b) in enumerate([(0, 2), (2, 5), (5, 9)])]
+    assert_one_line_error(run_cli("robot-rl-data", "info", str(path)), "3 damaged episode(s) of 3: 0-2",
+                          "meta/success chunk c/0 missing", "--skip-damaged")
+    summary = json.loads(run_cli("robot-rl-data", "info", str(path), "--json", "--skip-damaged").stdout)
+    assert summary["episodes"] == 0 and summary["success_rate"] is None and summary["damaged_episodes"] == [0, 1, 2]
+
+
+def test_merge_skip_damaged_copies_the_intact_episodes_into_a_clean_store(tmp_path):
+    path, out = tmp_path / "s.zarr", tmp_path / "repaired.zarr"
+    eps = _make_store(path, 45)  # 1,080 steps: obs/proprio rows 1024.. (episodes 43, 44) are chunk c/1/0
+    data = bytearray((path / "data/obs/proprio/c/1/0").read_bytes())
+    data[len(data) // 2] ^= 0x10
+    (path / "data/obs/proprio/c/1/0").write_bytes(bytes(data))
+    assert_one_line_error(run_cli("robot-rl-data", "merge", str(out), str(path)), "2 damaged episode(s) of 45: 43-44",
+                          "checksum mismatch")
+    assert not out.exists()
+    proc = run_cli("robot-rl-data", "merge", str(out), str(path), "--skip-damaged")
+    assert proc.returncode == 0, proc.stderr
+    repaired = EpisodeStore.open(out)
+    assert repaired.n_episodes == 43
+    assert repaired.read("obs/proprio").tolist() == np.concatenate([e.steps["obs/proprio"] for e in eps[:43]]).tolist()
+    clean = run_cli("robot-rl-data", "verify", str(out))
+    assert clean.returncode == 0 and "every chunk present and intact" in clean.stdout, clean.stdout + clean.stderr

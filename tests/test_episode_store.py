@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import zarr
 
-from robot_rl.data import SOURCES, Episode, EpisodeStore, StoreError, StoreLockedError
+from robot_rl.data import SOURCES, Episode, EpisodeStore, SequenceSampler, StoreError, StoreLockedError
 
 ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
               "float16", "float32", "float64", "complex64", "complex128"]
@@ -380,6 +380,85 @@ def test_corrupted_store_is_refused_naming_path_and_what_is_wrong(tmp_path, dama
         with pytest.raises(StoreError) as e:
             EpisodeStore.open(path, mode=mode)
         assert str(path) in str(e.value) and message in str(e.value)
+
+
+# ---- damage: missing, truncated or altered chunks, leftover temp stores ---------------------------------
+@pytest.mark.parametrize("kind", ["delete", "truncate", "bitflip"])
+@pytest.mark.parametrize("array, chunk", [("data/obs/proprio", "c/1/0"), ("meta/success", "c/0")], ids=["obs", "meta"])
+def test_a_damaged_chunk_is_refused_naming_its_episodes_and_skip_damaged_leaves_them_out(tmp_path, kind, array, chunk):
+    from bench.store_integrity import damage_chunk
+
+    path = tmp_path / "s.zarr"
+    _store_with_episodes(path, 120)  # 1,432 steps: obs/proprio rows 1024.. are chunk c/1/0; meta holds 1024 per chunk
+    ends = EpisodeStore.open(path).episode_ends
+    damaged = list(range(120)) if array.startswith("meta/") else list(range(int(np.searchsorted(ends, 1024, "right")), 120))
+    damage_chunk(path / array / chunk, kind, random.Random(0))
+
+    for mode in ("r", "a"):  # readers and writers refuse it, naming the episodes, the chunk and the fix
+        with pytest.raises(StoreError) as e:
+            EpisodeStore.open(path, mode=mode)
+        assert f"{path} has {len(damaged)} damaged episode(s) of 120" in str(e.value)
+        assert f"{array} chunk {chunk}" in str(e.value) and "--skip-damaged" in str(e.value)
+    store = EpisodeStore.open(path, skip_damaged=True)
+    assert list(store.damaged_episodes) == damaged
+    good = store.good_episodes
+    assert good.tolist() == sorted(set(range(120)) - set(damaged))
+    with pytest.raises(StoreError, match="damaged episode"):
+        store.episode(damaged[0])
+    with pytest.raises(StoreError, match="damaged episode"):
+        store.read("obs/proprio")
+    summary = store.summary()
+    assert summary["episodes"] == len(good) and summary["damaged_episodes"] == damaged
+    if not len(good):  # meta/success lost: no success rate at all (not 0.000), no statistics
+        assert summary["success_rate"] is None
+        with pytest.raises(StoreError, match="every episode is damaged"):
+            store.stats(["obs/proprio"])
+        return
+    assert summary["success_rate"] == pytest.approx(np.mean([make_episode(k).success for k in good]))
+    _assert_same_episode(store.episode(int(good[-1])), make_episode(int(good[-1])))
+    sampler = SequenceSampler(store, obs_keys=["obs/proprio"], action_keys=["action"], obs_horizon=1, action_horizon=2)
+    assert sorted(set(sampler.episode.tolist())) == good.tolist()
+    # Statistics over the intact episodes only, kept in memory: meta/stats never holds numbers from damaged data.
+    want = np.concatenate([make_episode(k).steps["obs/proprio"] for k in good]).astype(np.float64)
+    st = store.stats(["obs/proprio"])["obs/proprio"]
+    assert st.count == len(want) and np.allclose(st.mean, want.mean(0)) and np.allclose(st.min, want.min(0))
+    assert "keys" not in json.loads((path / "meta/stats/zarr.json").read_text())["attributes"]
+
+
+def test_random_chunk_damage_is_always_detected(tmp_path):
+    """A small sample of bench/store_integrity.py: random chunk, random kind, detected at open every time."""
+    from bench.store_integrity import build_store, run_trials
+
+    path = tmp_path / "s.zarr"
+    build_store(path, episodes=120)
+    seed = random.randrange(10**6)
+    result = run_trials(path, trials=15, seed=seed)
+    assert result["detected"] == 15 and result["silent"] == 0, (seed, result["missed"])
+
+
+def test_leftover_temp_stores_of_killed_creators_are_removed_at_the_next_open(tmp_path):
+    path = tmp_path / "s.zarr"
+    # A real creator process, stopped just before the rename that publishes its temp store.
+    code = ("import os, sys, time\n"
+            "os.rename = lambda *a: (print('creating', flush=True), time.sleep(60))\n"
+            "from robot_rl.data import EpisodeStore\n"
+            "EpisodeStore.open(sys.argv[1], mode='a')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "creating"
+        (live,) = tmp_path.glob(".s.zarr.*.creating")
+        EpisodeStore.open(path, mode="a").close()  # another writer creates the store: the live temp store stays
+        assert live.is_dir()
+    finally:
+        proc.kill()
+        proc.wait()
+    unlocked = tmp_path / ".s.zarr.0123.creating"  # killed before it took its lock: removed once a minute old
+    unlocked.mkdir()
+    young = tmp_path / ".s.zarr.4567.creating"
+    young.mkdir()
+    os.utime(unlocked, (time.time() - 120, time.time() - 120))
+    EpisodeStore.open(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [young.name, "s.zarr"]
 
 
 if __name__ == "__main__":

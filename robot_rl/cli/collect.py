@@ -6,7 +6,9 @@
 With `policy=PATH` (any BasePolicy checkpoint) the episodes are that policy's rollouts, stored with
 source="policy": successes and failures, the data success classifiers and progress models need.
 Writes the store at `out` (appends if it exists) and runs/collect/<timestamp>-<name>/{config.yaml,
-metrics.json}.
+metrics.json}. A store that already holds episodes of the same collection (task, source, seed, settings),
+e.g. from an interrupted run, is refused with the command that appends the rest under a new seed: the same
+seed would record the same episodes again.
 """
 
 from __future__ import annotations
@@ -53,6 +55,29 @@ def _load_policy(path: str, env):
     return PolicyRunner(policy, env.num_envs, env=env)  # env: the instruction of each episode
 
 
+def _refuse_repeat(store, out: Path, task: str, source: str, seed: int, episodes: int, meta: dict) -> None:
+    """Exit 2 with the command that appends new episodes when `store` holds episodes of this very collection."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+    from robot_rl.data.collect import recorded_before
+
+    done = recorded_before(store, task, source, seed, meta)
+    if not done:
+        return
+    store.close()
+    new = {"episodes": episodes - done if done < episodes else episodes, "seed": int(store.episode_attr("seed").max()) + 1,
+           "out": str(out)}
+    args = [a for a in HydraConfig.get().overrides.task if not a.startswith("hydra.")]
+    args = [f"{k}={new.pop(k)}" if (k := a.split("=", 1)[0]) in new else a for a in args]
+    args += [f"{k}={v}" for k, v in new.items()]
+    what = (f"{done} of the {episodes} episodes this command records (an interrupted run?)" if done < episodes
+            else f"{done} episodes of this collection, all this command records")
+    fail(f"episode store {out} already holds {what}: task={task}, source={source}, seed={seed} and the same settings, so "
+         f"running it again would store the same episodes twice. Append new episodes under a new seed: "
+         f"robot-rl-collect {' '.join(shlex.quote(a) for a in args)}")
+
+
 @hydra.main(version_base=None, config_path="pkg://configs", config_name="collect")
 def main(cfg: DictConfig) -> None:
     from robot_rl.data.episode_store import EpisodeStore, check_is_store
@@ -87,8 +112,9 @@ def main(cfg: DictConfig) -> None:
             meta = {"backend": env_cfg.backend, "expert_noise": float(cfg.expert.noise)}
         try:
             store = EpisodeStore.open(out, mode="a", fsync=cfg.fsync)
-        except StoreError as e:  # not a store, corrupted, or locked by another writer
+        except StoreError as e:  # not a store, corrupted, damaged, or locked by another writer
             fail(str(e))
+        _refuse_repeat(store, out, env_cfg.task, source, int(cfg.seed), int(cfg.episodes), meta)
         try:
             t_collect = time.perf_counter()
             with progress_bar() as bar:

@@ -59,6 +59,8 @@ def bc_config(node, env_cfg, data, where: str = ""):
             fail(f"{where}{k}={values[k]!r} must be a number > 0")
     if not isinstance(values.get("final_eval", True), bool):
         fail(f"{where}final_eval={values['final_eval']!r} must be true or false")
+    if not isinstance(values.get("skip_damaged", False), bool):
+        fail(f"{where}skip_damaged={values['skip_damaged']!r} must be true or false")
     if OmegaConf.is_config(data):
         data = OmegaConf.to_container(data, resolve=True)
     if isinstance(data, list) and len(data) == 1:
@@ -108,18 +110,22 @@ def _configs(cfg: DictConfig):
     return env_cfg, policy_cfg, bc_cfg
 
 
-def open_store(path: str, env_cfg, obs_dims: dict, cameras=(), instruction: bool = False):
+def open_store(path: str, env_cfg, obs_dims: dict, cameras=(), instruction: bool = False, skip_damaged: bool = False):
     """The episode store at `path`, checked to hold `env_cfg.task`'s episodes with the keys the policy reads
-    (vector observations, the frames of `cameras`, a non-empty instruction per episode when asked)."""
+    (vector observations, the frames of `cameras`, a non-empty instruction per episode when asked); its damaged
+    episodes are refused, or left out with skip_damaged."""
     from robot_rl.data import EpisodeStore, StoreError
 
     try:
-        store = EpisodeStore.open(path)
+        store = EpisodeStore.open(path, skip_damaged=skip_damaged)
     except StoreError as e:
         fail(str(e))
+    good = store.good_episodes
     if store.n_episodes == 0:
         fail(f"episode store {path} has no episodes; record some with robot-rl-collect out={path}")
-    tasks = sorted(set(store.episode_attr("task").tolist()))
+    if len(good) == 0:
+        fail(f"episode store {path}: all {store.n_episodes} episodes are damaged (robot-rl-data verify {path})")
+    tasks = sorted(set(store.episode_attr("task")[good].tolist()))
     if tasks != [env_cfg.task]:
         fail(f"episode store {path} holds task(s) {tasks}, the run trains task {env_cfg.task!r}; "
              f"set task=... to match or collect data for {env_cfg.task!r}")
@@ -142,7 +148,7 @@ def open_store(path: str, env_cfg, obs_dims: dict, cameras=(), instruction: bool
         if len(spec.shape) != 3 or spec.shape[2] != 3 or spec.dtype != "uint8":
             fail(f"episode store {path}: {k} is {spec.dtype} {tuple(spec.shape)} per step, expected uint8 (H, W, 3)")
     if instruction:
-        text = [str(x) for x in store.episode_attr("instruction")]
+        text = [str(x) for x in store.episode_attr("instruction")[good]]
         empty = sum(1 for t in text if not t.strip())
         if empty:
             fail(f"episode store {path}: {empty} of {len(text)} episode(s) have an empty instruction; the policy reads "
@@ -168,18 +174,20 @@ def main(cfg: DictConfig) -> None:
     from policies import SpecMismatch
     from robot_rl.common.checkpoint import CheckpointError
     from robot_rl.common.run_log import RunLog
+    from robot_rl.data.errors import StoreError
     from robot_rl.train_bc import BCWorkspace, write_results
 
     env = make_env(env_cfg)
     try:
         cameras = tuple(getattr(policy_cfg, "cameras", ()))
-        stores = [open_store(p, env_cfg, env.obs_dims, cameras, getattr(policy_cfg, "instruction", False))
-                  for p in bc_cfg.paths]
+        stores = [open_store(p, env_cfg, env.obs_dims, cameras, getattr(policy_cfg, "instruction", False),
+                             bc_cfg.skip_damaged) for p in bc_cfg.paths]
         check_same_images(stores, bc_cfg.paths, cameras)
         try:
             ws = BCWorkspace(run_dir, bc_cfg, policy_cfg, env, stores)
-        except (CheckpointError, SpecMismatch, ValueError, ImportError) as e:
-            fail(str(e))  # init checkpoint, weightless store, a policy the eval env cannot feed, missing extra
+        except (CheckpointError, SpecMismatch, ValueError, ImportError, StoreError) as e:
+            fail(str(e))  # init checkpoint, weightless store, a policy the eval env cannot feed, missing extra, a
+            # chunk damaged since the store was opened
         resumed = resume_or_fail(ws)
         write_config(run_dir, cfg)
         log = RunLog(run_dir, resume_step=ws.step if resumed else None)
@@ -190,11 +198,11 @@ def main(cfg: DictConfig) -> None:
         try:
             with progress_bar() as bar:
                 result = ws.run(log, bar)
-        except FloatingPointError as e:
+        except (FloatingPointError, StoreError) as e:  # StoreError: a chunk a lazy batch reads is damaged
             fail(str(e))
         write_results(run_dir, log, result, {
             "task": env_cfg.task, "data": str(Path(bc_cfg.data)) if isinstance(bc_cfg.data, str) else bc_cfg.data,
-            "episodes": sum(s.n_episodes for s in stores), "windows": len(ws.sampler), "resumed_from": resumed_from,
+            "episodes": sum(len(s.good_episodes) for s in stores), "windows": len(ws.sampler), "resumed_from": resumed_from,
             "wall_time_s": time.perf_counter() - t0, "init": bc_cfg.init, "mixture": ws.mixture,
         })
         log.close()

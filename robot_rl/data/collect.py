@@ -8,6 +8,7 @@ interrupted collection keeps everything recorded up to then.
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 import numpy as np
@@ -21,6 +22,24 @@ def policy_metadata(path, policy) -> dict:
     (BasePolicy.weights_sha256), by which robot_rl.reward.episodes.rollout_policies tells whose failures a reward model
     saw, wherever the checkpoint was copied to."""
     return {"policy": str(path), "policy_sha256": policy.weights_sha256()}
+
+
+# Metadata keys that differ between the episodes of one collection (or name the same policy another way).
+_PER_EPISODE = ("env_index", "env_episode", "policy")
+
+
+def recorded_before(store: EpisodeStore, task: str, source: str, seed: int, metadata: dict) -> int:
+    """How many episodes of `store` a collection with these settings already recorded: the same task, source,
+    seed and metadata (backend, expert noise or policy weights). Their env seeds are the same, so collecting
+    again would store the same episodes twice (e.g. re-running an interrupted collection)."""
+    if store.n_episodes == 0:
+        return 0
+    task_, source_ = ([str(x) for x in store.episode_attr(n)] for n in ("task", "source"))  # zarr: StringDType
+    same = (store.episode_attr("seed") == seed) & (np.array(task_) == task) & (np.array(source_) == source)
+    want = {k: v for k, v in metadata.items() if k not in _PER_EPISODE}
+    meta = store.episode_attr("metadata")
+    return sum(1 for i in np.flatnonzero(same)
+               if {k: v for k, v in json.loads(str(meta[i])).items() if k not in _PER_EPISODE} == want)
 
 
 def collect(

@@ -34,17 +34,22 @@ atomically (temp file + rename, atomic_store.py). Appending a batch of episodes:
 A writer killed anywhere leaves complete old episodes plus rows past the committed ends, which readers
 ignore and the next writer truncates when it opens the store (and sweeps temp files). Readers take no
 lock and see the episodes committed when they opened or last called `refresh()`.
+
+Damage (integrity.py). Every chunk file ends in a CRC32C (zarr's crc32c codec) and every chunk is written,
+so a missing, truncated or altered chunk is found. Opening for reading checks every chunk of the committed
+episodes; a damaged episode is refused (DamagedStoreError: one line naming the episodes and the fix) unless
+`skip_damaged=True`, which leaves them out of `good_episodes`, samplers, statistics and summaries; reading
+their rows raises StoreError. Opening for appending checks that every chunk exists and that the last one of
+each array (the one an append rewrites) is intact, and refuses a damaged store.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import errno
 import json
 import math
 import os
-import re
 import shutil
 import uuid
 import warnings
@@ -54,21 +59,20 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec
+from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 from zarr.core.array import AsyncArray
 from zarr.core.sync import sync as zarr_sync  # runs coroutines on zarr's own I/O loop
 
 from robot_rl.data.atomic_store import TMP_SUFFIXES, AtomicLocalStore
+# Episode, KeySpec and SOURCES are imported from here too (their home is episode.py).
+from robot_rl.data.episode import EPISODE_ATTRS, INTERVENTION, SOURCES, Episode, KeySpec, validate  # noqa: F401
 from robot_rl.data.errors import StoreError
+from robot_rl.data.integrity import ChunkDamage, Damage, scan, sweep_creating
 from robot_rl.data.stats import KeyStats, compute_stats
 from robot_rl.data.writer_lock import WriterLock
 
 MARKER = "robot_rl_episode_store"
 FORMAT_VERSION = 1
-SOURCES = ("expert", "teleop", "policy", "intervention")
-INTERVENTION = "intervention"
-# Per-episode attributes: name -> zarr dtype. Strings are variable-length UTF-8.
-EPISODE_ATTRS = {"task": str, "instruction": str, "source": str, "success": "bool", "seed": "int64", "metadata": str}
 LOCK_FILE = "meta/episode_ends/.lock"  # next to the commit record it guards
 META_CHUNK = 1024  # episodes per chunk of the meta arrays
 LOWDIM_CHUNK_BYTES = 256 * 1024  # target chunk size of low-dim per-step arrays (<= 1024 steps)
@@ -77,37 +81,16 @@ LOWDIM_CHUNK_BYTES = 256 * 1024  # target chunk size of low-dim per-step arrays 
 # an episode decodes one or two chunks; a single random frame costs decoding its whole chunk.
 FRAME_CHUNK_STEPS = 64
 FRAME_CHUNK_BYTES = 4 * 1024 * 1024
-_KEY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-
-
-@dataclasses.dataclass
-class Episode:
-    """One episode: per-step arrays (all of length T, axis 0 is time) and per-episode attributes."""
-
-    steps: dict[str, np.ndarray]
-    task: str
-    source: str
-    success: bool
-    instruction: str = ""
-    seed: int = -1
-    metadata: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def length(self) -> int:
-        return len(self.steps[INTERVENTION])
-
-
-@dataclasses.dataclass(frozen=True)
-class KeySpec:
-    shape: tuple[int, ...]  # per step
-    dtype: np.dtype
+# Every chunk is written, all-fill ones too, so a missing chunk is damage (zarr would read it as fill values).
+WRITE_ALL_CHUNKS = {"write_empty_chunks": True}
 
 
 class EpisodeStore:
     """Append episodes atomically, read committed ones. Build with `EpisodeStore.open(path, mode)`."""
 
-    def __init__(self, path: Path, store: AtomicLocalStore, lock: WriterLock | None):
+    def __init__(self, path: Path, store: AtomicLocalStore, lock: WriterLock | None, skip_damaged: bool = False):
         self.path = path
+        self.skip_damaged = skip_damaged
         self._store = store
         self._lock = lock
         self._data: dict[str, zarr.Array] = {}
@@ -116,31 +99,40 @@ class EpisodeStore:
         self._ends = np.zeros(0, dtype=np.int64)
         self._stats: dict | None = None
         self._unsure = False  # a commit failed: re-read the committed state before the next one
+        self._damage = Damage()  # damaged chunks of committed episodes (a reader opened with skip_damaged=True)
+        self.legacy_arrays: list[str] = []  # arrays of an older robot_rl: no checksums, damage undetectable
+        self._verified: dict = {}  # chunk files found intact, so refresh() re-reads only changed ones
 
     # ---- opening -------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike, mode: str = "r", *, fsync: bool = False) -> "EpisodeStore":
-        """mode "r": read committed episodes. mode "a": append (creates the store, takes the writer lock)."""
+    def open(cls, path: str | os.PathLike, mode: str = "r", *, fsync: bool = False,
+             skip_damaged: bool = False) -> "EpisodeStore":
+        """mode "r": read committed episodes. mode "a": append (creates the store, takes the writer lock).
+
+        Damaged episodes raise DamagedStoreError; skip_damaged=True (readers) leaves them out instead."""
         path = Path(path)
+        if mode not in ("r", "a"):
+            raise ValueError(f"mode={mode!r}; valid: 'r' (read committed episodes) or 'a' (append, create if missing)")
+        sweep_creating(path, LOCK_FILE)  # temp stores of killed creators
         if mode == "r":
             check_is_store(path)
-            self = cls(path, AtomicLocalStore(path, read_only=True), None)
+            self = cls(path, AtomicLocalStore(path, read_only=True), None, skip_damaged)
             self._load()
+            self._check_integrity()
             return self
-        if mode != "a":
-            raise ValueError(f"mode={mode!r}; valid: 'r' (read committed episodes) or 'a' (append, create if missing)")
-        if not path.exists() or _is_empty_dir(path):
-            _create(path, fsync)
-        check_is_store(path)
-        if not (path / LOCK_FILE).parent.is_dir():
-            raise StoreError(f"episode store {path} is corrupted: meta/episode_ends is missing")
-        lock = WriterLock(path / LOCK_FILE, path)
+        lock = _create(path, fsync) if not path.exists() or _is_empty_dir(path) else None
         try:
+            check_is_store(path)
+            if not (path / LOCK_FILE).parent.is_dir():
+                raise StoreError(f"episode store {path} is corrupted: meta/episode_ends is missing")
+            lock = lock or WriterLock(path / LOCK_FILE, path)
             self = cls(path, AtomicLocalStore(path, fsync=fsync), lock)
             self._load()
             self._repair()
+            self._check_integrity()
         except BaseException:
-            lock.release()
+            if lock is not None:
+                lock.release()
             raise
         return self
 
@@ -159,6 +151,8 @@ class EpisodeStore:
     def refresh(self) -> None:
         """Re-read the committed state: a reader then sees episodes appended since it opened."""
         self._load()
+        if self._lock is None:
+            self._check_integrity()
 
     # ---- committed state -----------------------------------------------------------------------
     @property
@@ -178,6 +172,16 @@ class EpisodeStore:
         return self._ends.copy()
 
     @property
+    def damaged_episodes(self) -> dict[int, list[ChunkDamage]]:
+        """Damaged episode -> its damaged chunks (only a store opened with skip_damaged=True has any)."""
+        return dict(self._damage.episodes)
+
+    @property
+    def good_episodes(self) -> np.ndarray:
+        """Indices of the committed episodes that are not damaged (all of them in an intact store)."""
+        return self._damage.good(self.n_episodes)
+
+    @property
     def keys(self) -> dict[str, KeySpec]:
         """Per-step keys -> per-step shape and dtype."""
         return {k: KeySpec(tuple(a.shape[1:]), np.dtype(a.dtype)) for k, a in self._data.items()}
@@ -191,7 +195,20 @@ class EpisodeStore:
         """Committed rows [start, stop) of data/<key>, as a numpy array."""
         arr = self.array(key)
         stop = self.n_steps if stop is None else min(int(stop), self.n_steps)
+        self._damage.refuse(self.path, f"rows {start}-{stop} of data/{key}", rows=(int(start), stop))
         return _read(arr, slice(int(start), stop), self.path, f"data/{key}")
+
+    def read_rows(self, key: str, rows) -> np.ndarray:
+        """Committed rows `rows` (global step indices, any order) of data/<key>."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_steps):
+            raise IndexError(f"rows out of range [0, {self.n_steps}) of episode store {self.path}")
+        self._damage.refuse(self.path, f"rows of data/{key}", np.searchsorted(self._ends, rows, side="right"))
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        try:
+            return np.asarray(self.array(key).get_orthogonal_selection((uniq,)))[inverse]
+        except Exception as e:
+            raise StoreError(f"episode store {self.path}: could not read data/{key} ({type(e).__name__}: {e}); a chunk is corrupted") from None
 
     def array(self, key: str) -> zarr.Array:
         """The zarr array data/<key>. It may hold rows past `n_steps` (an episode being written): slice it."""
@@ -204,11 +221,22 @@ class EpisodeStore:
         """Per-episode attribute over committed episodes: task, instruction, source, success, seed, metadata."""
         if name not in EPISODE_ATTRS:
             raise KeyError(f"unknown episode attribute {name!r}; valid: {sorted(EPISODE_ATTRS)}")
-        return _read(self._meta[name], slice(0, self.n_episodes), self.path, f"meta/{name}")
+        arr, where = self._meta[name], f"meta/{name}"
+        bad = self._damage.attr_gaps(where)
+        if not bad:
+            return _read(arr, slice(0, self.n_episodes), self.path, where)
+        # Damaged (skipped) episodes whose chunk of this attribute is damaged get the fill value, never read.
+        parts, pos = [], 0
+        for a, b in bad + [(self.n_episodes, self.n_episodes)]:
+            parts.append(_read(arr, slice(pos, a), self.path, where))
+            parts.append(np.full(b - a, arr.fill_value, dtype=parts[-1].dtype))
+            pos = b
+        return np.concatenate(parts)
 
     def episode(self, i: int) -> Episode:
         """Episode i with its steps and attributes."""
         start, end = self.episode_range(i)
+        self._damage.refuse(self.path, f"episode {i}", np.array([self._check_episode(i)]))
         steps = {k: _read(a, slice(start, end), self.path, f"data/{k}") for k, a in self._data.items()}
         attrs = {n: _read(a, slice(i, i + 1), self.path, f"meta/{n}")[0] for n, a in self._meta.items()}
         return Episode(
@@ -217,18 +245,20 @@ class EpisodeStore:
         )
 
     def summary(self) -> dict:
-        """Episodes, steps, keys (shape, dtype), success rate, counts per source and per task."""
-        n = self.n_episodes
-        intervention = int(self.read(INTERVENTION).sum()) if n else 0
+        """Episodes, steps, keys (shape, dtype), success rate, counts per source and per task (intact episodes)."""
+        good = self.good_episodes
+        n = len(good)
+        read_good, n_steps = self._good_rows(INTERVENTION)
         return {
             "path": str(self.path),
             "episodes": n,
-            "steps": self.n_steps,
+            "steps": n_steps,
             "keys": {k: {"shape": list(s.shape), "dtype": str(s.dtype)} for k, s in sorted(self.keys.items())},
-            "success_rate": float(self.episode_attr("success").mean()) if n else None,
-            "sources": dict(sorted(Counter(map(str, self.episode_attr("source"))).items())),
-            "tasks": dict(sorted(Counter(map(str, self.episode_attr("task"))).items())),
-            "intervention_steps": intervention,
+            "success_rate": float(self.episode_attr("success")[good].mean()) if n else None,
+            "sources": dict(sorted(Counter(map(str, self.episode_attr("source")[good])).items())),
+            "tasks": dict(sorted(Counter(map(str, self.episode_attr("task")[good])).items())),
+            "intervention_steps": int(read_good(0, n_steps).sum()) if n else 0,
+            "damaged_episodes": sorted(self._damage.episodes),  # skipped (skip_damaged=True)
         }
 
     # ---- appending -----------------------------------------------------------------------------
@@ -250,7 +280,7 @@ class EpisodeStore:
         schema = self.keys or None
         checked = []
         for i, ep in enumerate(eps):
-            steps, attrs = _validate(ep, i, schema)
+            steps, attrs = validate(ep, i, schema)
             schema = schema or {k: KeySpec(v.shape[1:], v.dtype) for k, v in steps.items()}
             checked.append((steps, attrs))
         try:
@@ -300,13 +330,18 @@ class EpisodeStore:
         for key, spec in sorted(schema.items()):
             self._data[key] = zarr.create_array(
                 self._store, name=f"data/{key}", shape=(0, *spec.shape), dtype=spec.dtype,
-                chunks=_chunks(spec), compressors=_compressor(spec), overwrite=True,
+                chunks=_chunks(spec), compressors=(_compressor(spec), Crc32cCodec()), overwrite=True,
+                config=WRITE_ALL_CHUNKS,
             )
 
     # ---- loading and repair --------------------------------------------------------------------
     def _load(self) -> None:
         path = self.path
         self._ends_arr = _open_array(self._store, path, "meta/episode_ends")
+        lost, _ = scan(path, {"meta/episode_ends": (self._ends_arr, self._ends_arr.shape[0])})
+        if lost:
+            raise StoreError(f"episode store {path} is corrupted: {lost[0]}, so its episode boundaries are lost and no "
+                             "episode can be read; restore the store from a copy")
         ends = _read(self._ends_arr, slice(None), path, "meta/episode_ends")
         if ends.ndim != 1 or ends.dtype.kind not in "iu":
             raise StoreError(f"episode store {path} is corrupted: meta/episode_ends is {ends.dtype}{list(ends.shape)}, expected int64 [episodes]")
@@ -352,7 +387,8 @@ class EpisodeStore:
     def stats(self, keys: Sequence[str] | None = None) -> dict[str, KeyStats]:
         """Normalization stats per key (default: every int / float key with per-step ndim <= 1).
 
-        Computed once over the committed steps and saved in meta/stats; appending makes them stale."""
+        Computed once over the committed steps and saved in meta/stats; appending makes them stale. With damaged
+        episodes skipped they are computed over the intact ones, kept in memory only, never saved."""
         if self.n_episodes == 0:
             raise StoreError(f"episode store {self.path} has no episodes; statistics need at least one")
         specs = self.keys
@@ -367,11 +403,14 @@ class EpisodeStore:
                     "low-dim keys (per-step ndim <= 1); scale images by 1/255 instead"
                 )
         if self._stats is None:
-            self._stats = self._load_stats()
+            self._stats = self._load_stats() if not self._damage else {}
         missing = [k for k in keys if k not in self._stats]
         for k in missing:
-            self._stats[k] = compute_stats(lambda a, b, k=k: self.read(k, a, b), self.n_steps)
-        if missing:
+            read, n_steps = self._good_rows(k)
+            if n_steps == 0:
+                raise StoreError(f"episode store {self.path}: every episode is damaged; statistics need an intact one")
+            self._stats[k] = compute_stats(read, n_steps)
+        if missing and not self._damage:
             self._save_stats(self._stats)
         return {k: self._stats[k] for k in keys}
 
@@ -393,6 +432,34 @@ class EpisodeStore:
             zarr.open_group(store, path="meta/stats", mode="a").attrs.put(attrs)
         except OSError as e:
             warnings.warn(f"could not save normalization stats in {self.path}/meta/stats ({e}); they are kept in memory", stacklevel=3)
+
+    # ---- damage ----------------------------------------------------------------------------------------
+    def _check_integrity(self) -> None:
+        """Find damaged chunks of committed episodes (integrity.py); raise unless a reader skips them.
+
+        Readers check every chunk's checksum; a writer checks presence, and the checksum of each array's last
+        chunk (the one an append reads back and rewrites, which would otherwise bake damage into it)."""
+        writer = self._lock is not None
+        arrays = {f"data/{k}": (a, self.n_steps) for k, a in self._data.items()}
+        arrays.update({f"meta/{n}": (a, self.n_episodes) for n, a in self._meta.items()})
+        chunks, self.legacy_arrays = scan(self.path, arrays, verified=self._verified, last_only=writer)
+        self._damage = Damage(chunks, self._ends)
+        if chunks and (writer or not self.skip_damaged):
+            raise self._damage.error(self.path, self.n_episodes, writer)
+
+    def _good_rows(self, key: str):
+        """(read(a, b), n) over the rows of the intact episodes, concatenated in order: n rows in all."""
+        if not self._damage:
+            return (lambda a, b: self.read(key, a, b)), self.n_steps
+        runs = self._damage.good_runs()
+        offsets = np.cumsum([0] + [b - a for a, b in runs])
+
+        def read(a: int, b: int) -> np.ndarray:
+            parts = [self.read(key, s + max(a - o, 0), s + min(b - o, e - s))
+                     for (s, e), o in zip(runs, offsets) if o < b and o + (e - s) > a]
+            return np.concatenate(parts) if parts else np.zeros((0, *self.keys[key].shape), self.keys[key].dtype)
+
+        return read, int(offsets[-1])
 
     def _check_episode(self, i: int) -> int:
         n = self.n_episodes
@@ -438,7 +505,8 @@ def _open_array(store: AtomicLocalStore, path: Path, name: str) -> zarr.Array:
         raise StoreError(f"episode store {path} is corrupted: {name} is missing ({file} does not exist)")
     _read_json(file, path)  # a clear message for torn / garbage JSON before zarr parses it
     try:
-        return zarr.open_array(store, path=name, mode="r" if store.read_only else "r+")
+        arr = zarr.open_array(store, path=name, mode="r" if store.read_only else "r+")
+        return arr if store.read_only else arr.with_config(WRITE_ALL_CHUNKS)
     except Exception as e:
         raise StoreError(f"episode store {path} has corrupted metadata in {file}: {type(e).__name__}: {e}") from None
 
@@ -466,25 +534,37 @@ def _is_empty_dir(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
 
-def _create(path: Path, fsync: bool) -> None:
-    """Build an empty store next to `path`, then rename it into place: a store exists whole or not at all."""
+def _create(path: Path, fsync: bool) -> WriterLock | None:
+    """Build an empty store next to `path`, then rename it into place: a store exists whole or not at all.
+
+    Returns the store's writer lock, held (None when a concurrent writer created the store first). The lock is
+    taken before anything else is written, so integrity.sweep_creating never removes a live temp store."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.creating"
-    store = AtomicLocalStore(tmp, fsync=fsync)
-    root = zarr.create_group(store, attributes={MARKER: FORMAT_VERSION})
-    root.create_group("data")
-    meta = root.create_group("meta")
-    meta.create_group("stats")
-    meta.create_array("episode_ends", shape=(0,), dtype="int64", chunks=(META_CHUNK,))
-    for name, dtype in EPISODE_ATTRS.items():
-        meta.create_array(name, shape=(0,), dtype=dtype, chunks=(META_CHUNK,))
-    (tmp / LOCK_FILE).touch()
+    (tmp / LOCK_FILE).parent.mkdir(parents=True)
+    lock = WriterLock(tmp / LOCK_FILE, tmp)
     try:
+        if not os.path.samestat(os.fstat(lock.fileno()), os.stat(tmp / LOCK_FILE)):
+            raise StoreError(f"could not create episode store {path}: its temp directory {tmp} was removed under it")
+        store = AtomicLocalStore(tmp, fsync=fsync)
+        root = zarr.create_group(store, attributes={MARKER: FORMAT_VERSION})
+        root.create_group("data")
+        meta = root.create_group("meta")
+        meta.create_group("stats")
+        for name, dtype in {"episode_ends": "int64", **EPISODE_ATTRS}.items():
+            compressors = (ZstdCodec(level=0), Crc32cCodec())  # zarr's default compressor, plus the checksum
+            meta.create_array(name, shape=(0,), dtype=dtype, chunks=(META_CHUNK,), compressors=compressors)
         os.rename(tmp, path)  # replaces an empty directory; fails if a concurrent writer created it first
-    except OSError as e:
+    except BaseException as e:
+        lock.release()
         shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+        if isinstance(e, OSError) and e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return None
+        if isinstance(e, OSError):
             raise StoreError(f"could not create episode store {path}: {e}") from None
+        raise
+    lock.path = path / LOCK_FILE
+    return lock
 
 
 def _chunks(spec: KeySpec) -> tuple[int, ...]:
@@ -512,89 +592,5 @@ async def _write_past_end(arr: zarr.Array, start: int, values: np.ndarray) -> No
     Readers trust the shape in zarr.json, so they see the rows only after they are fully written."""
     stop = start + len(values)
     shape = (stop, *arr.shape[1:])
-    await AsyncArray(arr.metadata.update_shape(shape), arr.store_path).setitem(slice(start, stop), values)
+    await AsyncArray(arr.metadata.update_shape(shape), arr.store_path, arr.async_array.config).setitem(slice(start, stop), values)
     await arr.async_array.resize(shape)
-
-
-# ---- validation ------------------------------------------------------------------------------------
-def _validate(ep: Episode, i: int, schema: dict[str, KeySpec] | None) -> tuple[dict, dict]:
-    """(steps as numpy arrays, attrs) of episode i of a batch, or StoreError naming the key and the fix."""
-    where = f"episode {i} of the batch"
-    if not isinstance(ep, Episode):
-        raise StoreError(f"{where} is a {type(ep).__name__}, expected robot_rl.data.Episode")
-    if not isinstance(ep.steps, dict) or not ep.steps:
-        raise StoreError(f"{where}: steps must be a non-empty dict of per-step arrays, got {type(ep.steps).__name__}")
-    steps = {}
-    for key, value in ep.steps.items():
-        _check_key_name(key, where)
-        a = np.asarray(value)
-        if a.ndim == 0:
-            raise StoreError(f"{where}: key {key!r} is a scalar; give one value per step (shape [T, ...])")
-        if a.dtype.kind not in "biufc":
-            raise StoreError(f"{where}: key {key!r} has dtype {a.dtype}; per-step arrays must be bool, integer, float or complex")
-        steps[key] = a
-    if INTERVENTION not in steps:
-        raise StoreError(
-            f"{where}: missing key {INTERVENTION!r} (bool [T], True where a human was in control; all False for "
-            "expert or policy data)"
-        )
-    if schema is None:
-        for key in steps:  # the first episode defines the schema; 'obs' and 'obs/proprio' cannot both be arrays
-            clash = [k for k in steps if k.startswith(key + "/")]
-            if clash:
-                raise StoreError(f"{where}: key {key!r} is also a prefix of {clash}; rename one of them")
-        schema = {k: KeySpec(v.shape[1:], v.dtype) for k, v in steps.items()}
-        if schema[INTERVENTION] != KeySpec((), np.dtype(bool)):
-            s = steps[INTERVENTION]
-            raise StoreError(f"{where}: key {INTERVENTION!r} has dtype {s.dtype} and per-step shape {list(s.shape[1:])}, expected bool and []")
-    missing = sorted(set(schema) - set(steps))
-    if missing:
-        raise StoreError(f"{where}: missing key {missing[0]!r} (expected {_fmt(schema[missing[0]])}); every episode needs all store keys {sorted(schema)}")
-    extra = sorted(set(steps) - set(schema))
-    if extra:
-        raise StoreError(f"{where}: unknown key {extra[0]!r}; the store's keys are {sorted(schema)} (a store's keys are fixed by its first episode)")
-    n = len(steps[INTERVENTION])
-    if n == 0:
-        raise StoreError(f"{where} has zero steps; an episode needs at least one step")
-    for key, a in sorted(steps.items()):
-        spec = schema[key]
-        if tuple(a.shape[1:]) != spec.shape:
-            raise StoreError(f"{where}: key {key!r} has per-step shape {list(a.shape[1:])}, expected {list(spec.shape)}")
-        if a.dtype != spec.dtype:
-            raise StoreError(f"{where}: key {key!r} has dtype {a.dtype}, expected {spec.dtype}; cast it with .astype({str(spec.dtype)!r})")
-        if len(a) != n:
-            raise StoreError(f"{where}: key {key!r} has {len(a)} steps, expected {n} (the length of {INTERVENTION!r})")
-    return steps, _validate_attrs(ep, where)
-
-
-def _validate_attrs(ep: Episode, where: str) -> dict:
-    if not (isinstance(ep.task, str) and ep.task):
-        raise StoreError(f"{where}: task={ep.task!r} must be a non-empty string (e.g. 'lift')")
-    if ep.source not in SOURCES:
-        raise StoreError(f"{where}: source={ep.source!r}; valid sources: {', '.join(SOURCES)}")
-    if not isinstance(ep.success, (bool, np.bool_)):
-        raise StoreError(f"{where}: success={ep.success!r} must be a bool")
-    if not isinstance(ep.instruction, str):
-        raise StoreError(f"{where}: instruction={ep.instruction!r} must be a string")
-    if isinstance(ep.seed, (bool, np.bool_)) or not isinstance(ep.seed, (int, np.integer)):
-        raise StoreError(f"{where}: seed={ep.seed!r} must be an integer (-1 = unknown)")
-    if not isinstance(ep.metadata, dict):
-        raise StoreError(f"{where}: metadata must be a dict, got {type(ep.metadata).__name__}")
-    try:
-        metadata = json.dumps(ep.metadata, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise StoreError(f"{where}: metadata must be JSON-serializable ({e})") from None
-    return {"task": ep.task, "instruction": ep.instruction, "source": ep.source, "success": bool(ep.success),
-            "seed": int(ep.seed), "metadata": metadata}
-
-
-def _check_key_name(key, where: str) -> None:
-    if not isinstance(key, str) or not all(_KEY_PART.match(p) for p in key.split("/")):
-        raise StoreError(
-            f"{where}: key {key!r} is not a valid name; use '/'-separated parts of letters, digits, '_', '.', '-' "
-            "(e.g. 'obs/proprio')"
-        )
-
-
-def _fmt(spec: KeySpec) -> str:
-    return f"{spec.dtype} per-step shape {list(spec.shape)}"

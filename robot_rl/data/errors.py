@@ -7,3 +7,7 @@ class StoreError(Exception):
 
 class StoreLockedError(StoreError):
     """Another writer holds the store's lock."""
+
+
+class DamagedStoreError(StoreError):
+    """Chunks of committed episodes are missing or fail their checksum (robot_rl.data.integrity)."""

@@ -25,19 +25,23 @@ def check_mergeable(inputs: Sequence[EpisodeStore], out: EpisodeStore | None = N
 
 def merge_stores(out: EpisodeStore, inputs: Sequence[EpisodeStore], max_steps: int = 4096,
                  progress: Callable[[int], None] | None = None) -> int:
-    """Append all committed episodes of `inputs` to `out` (commits of <= max_steps steps); returns the count."""
+    """Append all committed episodes of `inputs` to `out` (commits of <= max_steps steps); returns the count.
+
+    An input opened with skip_damaged=True gives its intact episodes only (a repaired copy of a damaged store)."""
     check_mergeable(inputs, out)
     copied = 0
     for src in inputs:
         ends = src.episode_ends
         starts = np.concatenate([[0], ends[:-1]])
         attrs = {n: src.episode_attr(n) for n in EPISODE_ATTRS}
+        good = src.good_episodes
         i = 0
-        while i < src.n_episodes:
-            j = i + 1  # a block of whole episodes, at most max_steps steps (at least one episode)
-            while j < src.n_episodes and ends[j] - starts[i] <= max_steps:
+        while i < len(good):
+            j = i + 1  # a block of consecutive whole episodes, at most max_steps steps (at least one episode)
+            while j < len(good) and good[j] == good[j - 1] + 1 and ends[good[j]] - starts[good[i]] <= max_steps:
                 j += 1
-            batch = _read_block(src, int(starts[i]), ends[i:j], {n: a[i:j] for n, a in attrs.items()})
+            sel = good[i:j]
+            batch = _read_block(src, int(starts[sel[0]]), ends[sel], {n: a[sel] for n, a in attrs.items()})
             out.append(batch)
             copied += len(batch)
             if progress is not None:

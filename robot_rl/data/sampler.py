@@ -58,12 +58,18 @@ class SequenceSampler:
 
         ends = store.episode_ends
         starts = np.concatenate([[0], ends[:-1]])
-        eps = np.arange(store.n_episodes) if episodes is None else np.asarray(episodes, dtype=np.int64).reshape(-1)
+        # None: every intact episode (a store opened with skip_damaged=True leaves its damaged ones out)
+        eps = store.good_episodes if episodes is None else np.asarray(episodes, dtype=np.int64).reshape(-1)
         bad = eps[(eps < 0) | (eps >= store.n_episodes)]
         if bad.size:
             raise IndexError(f"episode {int(bad[0])} out of range: episode store {store.path} has {store.n_episodes} episodes")
+        if episodes is None and eps.size == 0:
+            raise StoreError(f"episode store {store.path}: all {store.n_episodes} episodes are damaged; nothing to sample")
         if eps.size == 0:
             raise ValueError("episodes=[] selects no episode; pass None for all")
+        damaged = sorted(set(eps.tolist()) & set(store.damaged_episodes))
+        if damaged:
+            raise StoreError(f"episode store {store.path}: episodes {damaged[:8]} are damaged; select from store.good_episodes")
         lengths = ends[eps] - starts[eps]
         self.store, self.mode = store, mode
         self.obs_keys, self.action_keys = obs_keys, action_keys

@@ -48,6 +48,10 @@ class WriterLock:
     def __del__(self) -> None:  # a forgotten close() must not keep the store locked for the process's life
         self.release()
 
+    def fileno(self) -> int:
+        """The locked file's descriptor (e.g. to check it is still the file at `path`)."""
+        return self._fd
+
     @property
     def held(self) -> bool:
         return self._fd is not None
