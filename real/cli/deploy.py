@@ -78,7 +78,7 @@ def run(cfg: DictConfig) -> dict:
     write_config(run_dir, cfg)
     try:
         transport = make_transport(dcfg.transport, name=dcfg.node_name, domain_id=dcfg.domain_id, loopback=dcfg.loopback,
-                                   realtime_priority=dcfg.realtime_priority)
+                                   realtime_priority=dcfg.realtime_priority, security=dcfg.dds_security.files())
     except (RuntimeError, ValueError) as e:
         fail(str(e))
     closers = [transport.close, env.close]
