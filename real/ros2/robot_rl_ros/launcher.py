@@ -21,6 +21,12 @@ ENTRY = "real.cli.deploy"
 RECORD = Path(__file__).with_name("checkout.txt")
 
 
+def fail(msg: str) -> None:
+    """One line and exit code 2, as robot_rl.common.cli.fail (not importable before the project is found)."""
+    print(f"robot_rl_deploy: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def is_checkout(path: Path) -> bool:
     return (path / "real" / "cli" / "deploy.py").is_file() and (path / "configs").is_dir()
 
@@ -30,8 +36,8 @@ def find_project() -> Path | None:
     home = os.environ.get("ROBOT_RL_HOME")
     if home:
         if not is_checkout(Path(home)):
-            raise SystemExit(f"robot_rl_deploy: ROBOT_RL_HOME={home} is not a robot_rl checkout (no real/cli/deploy.py); "
-                             "point it at the repository root or unset it")
+            fail(f"ROBOT_RL_HOME={home} is not a robot_rl checkout (no real/cli/deploy.py); point it at the repository "
+                 "root or unset it")
         return Path(home).resolve()
     try:
         if importlib.util.find_spec(ENTRY) is not None:
@@ -43,10 +49,8 @@ def find_project() -> Path | None:
     for path in candidates:
         if is_checkout(path):
             return path
-    raise SystemExit(
-        "robot_rl_deploy: cannot find the robot_rl project; install it into a directory on PYTHONPATH without -e "
-        "(pip install /path/to/robot_rl) or set ROBOT_RL_HOME=/path/to/robot_rl"
-    )
+    fail("cannot find the robot_rl project; install it into a directory on PYTHONPATH without -e "
+         "(pip install /path/to/robot_rl) or set ROBOT_RL_HOME=/path/to/robot_rl")
 
 
 def main() -> None:
