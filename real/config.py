@@ -76,6 +76,24 @@ class Inference:
 
 
 @dataclasses.dataclass
+class DdsSecurity:
+    # DDS Security (OMG) for transport=dds: Cyclone's plugins admit only participants whose certificate identity_ca
+    # signed and whose permissions allow the topic, and encrypt as the governance says. All six paths or none (off);
+    # the files `ros2 security create_enclave` writes serve as they are. rclpy: SROS2 instead. docs/security.md
+    identity_ca: str | None = None  # identity_ca.cert.pem: the CA that signs every participant's identity
+    certificate: str | None = None  # cert.pem: this node's identity certificate (signed by identity_ca)
+    private_key: str | None = None  # key.pem: its private key
+    permissions_ca: str | None = None  # permissions_ca.cert.pem: the CA that signs governance and permissions
+    governance: str | None = None  # governance.p7s: the domain's rules (authentication, encryption per topic)
+    permissions: str | None = None  # permissions.p7s: what this node may publish and subscribe
+
+    def files(self) -> dict[str, str] | None:
+        """{field: path} when DDS Security is on, else None."""
+        files = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return files if any(files.values()) else None
+
+
+@dataclasses.dataclass
 class DeployConfig:
     transport: str = "dds"  # dds (Cyclone DDS, no ROS needed) | rclpy (ROS 2 installed)
     domain_id: int = 0  # DDS domain (ROS_DOMAIN_ID)
@@ -102,6 +120,7 @@ class DeployConfig:
     watchdog: Watchdog = dataclasses.field(default_factory=Watchdog)
     blending: Blending = dataclasses.field(default_factory=Blending)
     inference: Inference = dataclasses.field(default_factory=Inference)
+    dds_security: DdsSecurity = dataclasses.field(default_factory=DdsSecurity)  # off unless all six files are set
 
     @property
     def dt(self) -> float:
@@ -260,6 +279,32 @@ def validate(cfg: DeployConfig) -> None:
         raise DeployConfigError(f"deploy.joints names {dup} more than once")
     if cfg.task_target is not None:
         cfg.task_target = [_num("deploy.task_target", v) for v in cfg.task_target]
+    check_dds_security(cfg)
+
+
+def check_dds_security(cfg: DeployConfig) -> None:
+    """All six deploy.dds_security files or none ('' counts as unset), each an existing file, on transport=dds."""
+    sec = cfg.dds_security
+    for f in dataclasses.fields(sec):
+        if getattr(sec, f.name) == "":
+            setattr(sec, f.name, None)
+    files = {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec)}
+    missing = [k for k, v in files.items() if v is None]
+    if len(missing) == len(files):
+        return
+    if missing:
+        raise DeployConfigError(
+            f"deploy.dds_security sets {[k for k in files if k not in missing]} but not {missing}; DDS Security needs "
+            "all six files (docs/security.md)"
+        )
+    if cfg.transport != "dds":
+        raise DeployConfigError(
+            f"deploy.dds_security is for transport=dds, not {cfg.transport}; with rclpy use SROS2 (ROS_SECURITY_ENABLE, "
+            "ROS_SECURITY_KEYSTORE: docs/security.md)"
+        )
+    for k, v in files.items():
+        if not Path(v).is_file():
+            raise DeployConfigError(f"deploy.dds_security.{k}={v!r} is not a file; give the path of the {k.replace('_', ' ')} file")
 
 
 def check_topic_name_cfg(where: str, name) -> None:

@@ -69,16 +69,19 @@ class Transport(abc.ABC):
 
 
 def make_transport(kind: str, *, name: str, domain_id: int = 0, loopback: bool = False,
-                   realtime_priority: int = 0) -> Transport:
-    """The transport `kind` (dds | rclpy); `name` is the ROS node name (rclpy only).
+                   realtime_priority: int = 0, security: dict[str, str] | None = None) -> Transport:
+    """The transport `kind` (dds | rclpy) in DDS domain `domain_id`; `name` is the ROS node name (rclpy only).
 
-    dds with loopback and realtime_priority > 0 also gives Cyclone's receive threads real-time scheduling."""
+    dds with loopback and realtime_priority > 0 also gives Cyclone's receive threads real-time scheduling; `security`
+    (dds only: the six files of DdsSecurity.files()) turns DDS Security on."""
     if kind == "dds":
         from real.transport_dds import DdsTransport
 
-        return DdsTransport(domain_id=domain_id, loopback=loopback, realtime_priority=realtime_priority)
+        return DdsTransport(domain_id=domain_id, loopback=loopback, realtime_priority=realtime_priority, security=security)
     if kind == "rclpy":
         from real.transport_rclpy import RclpyTransport
 
-        return RclpyTransport(node_name=name)
+        if security:
+            raise ValueError("deploy.dds_security is for transport=dds; with rclpy use SROS2 (docs/security.md)")
+        return RclpyTransport(node_name=name, domain_id=domain_id)
     raise ValueError(f"unknown transport {kind!r}; valid transports: {', '.join(TRANSPORTS)}")

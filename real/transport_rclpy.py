@@ -4,6 +4,9 @@ Subscriptions are served by a single-threaded executor in a background thread; c
 rclpy message into the IDL dataclass of real/messages.py (field by field; the names are the ROS names)
 and queue it with its receipt time. Publishing converts back (real/message_convert.py, tested against the
 `rosbags` message classes since rclpy is not installable from the registries CI reaches).
+
+The node runs in an rclpy context of its own, initialised with deploy.domain_id (rclpy.init(domain_id=...)) and the
+command line's ROS arguments (`--ros-args ...`: remappings, node name from `ros2 launch`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import array
 import collections
 import importlib
+import os
+import sys
 import threading
 import time
 
@@ -18,6 +23,33 @@ from real.message_convert import convert_from, convert_to
 from real.messages import ros_type_name
 from real.qos import QosProfile
 from real.transport import Publisher, Subscription, Transport, check_topic_name
+
+
+def split_ros_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(other arguments, ROS arguments) of a command line; ROS arguments are the `--ros-args ... [--]` scopes."""
+    other: list[str] = []
+    ros: list[str] = []
+    in_scope = False
+    for arg in argv:
+        if arg == "--ros-args":
+            in_scope = True
+            ros.append(arg)
+        elif in_scope and arg == "--":
+            in_scope = False
+        else:
+            (ros if in_scope else other).append(arg)
+    return other, ros
+
+
+def check_domain_env(domain_id: int, environ=os.environ) -> None:
+    """Refuse a ROS_DOMAIN_ID that names another domain than deploy.domain_id (rclpy would silently pick one)."""
+    env = environ.get("ROS_DOMAIN_ID", "").strip()
+    if env and env != str(domain_id):
+        raise ValueError(
+            f"deploy.domain_id={domain_id} but ROS_DOMAIN_ID={env}: the node would not join the domain your ros2 tools "
+            f"use; set deploy.domain_id={env} (ros2 launch: domain_id:={env}) or unset ROS_DOMAIN_ID"
+        )
+
 
 def rclpy_class(cls: type) -> type:
     """The rclpy message class of an IDL dataclass, e.g. sensor_msgs.msg.JointState."""
@@ -71,21 +103,27 @@ class _RclpyPublisher(Publisher):
 
 
 class RclpyTransport(Transport):
-    def __init__(self, node_name: str = "robot_rl_deploy"):
+    def __init__(self, node_name: str = "robot_rl_deploy", domain_id: int = 0, argv: list[str] | None = None):
+        """A node `node_name` in DDS domain `domain_id`; ROS arguments come from `argv` (default: sys.orig_argv)."""
         try:
             import rclpy
+            from rclpy.context import Context
             from rclpy.executors import SingleThreadedExecutor
         except ImportError:
             raise RuntimeError(
                 "transport=rclpy needs ROS 2's rclpy (source /opt/ros/<distro>/setup.bash first); on a machine "
                 "without ROS 2 use transport=dds, which speaks the same wire format"
             ) from None
-        if not rclpy.ok():
-            rclpy.init()
+        check_domain_env(domain_id)
+        argv = list(sys.orig_argv if argv is None else argv)
+        # sys.argv no longer holds the ROS arguments (ros_main hands Hydra the rest); sys.orig_argv does
+        _, ros_args = split_ros_args(argv[1:])
         self._rclpy = rclpy
-        self.node = rclpy.create_node(node_name)
+        self._context = Context()
+        rclpy.init(args=argv[:1] + ros_args, context=self._context, domain_id=domain_id)
+        self.node = rclpy.create_node(node_name, context=self._context)
         self._event = threading.Event()
-        self._executor = SingleThreadedExecutor()
+        self._executor = SingleThreadedExecutor(context=self._context)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name="rclpy-executor", daemon=True)
         self._thread.start()
@@ -122,5 +160,5 @@ class RclpyTransport(Transport):
     def close(self) -> None:
         self._executor.shutdown()
         self.node.destroy_node()
-        if self._rclpy.ok():
-            self._rclpy.shutdown()
+        if self._context.ok():
+            self._rclpy.shutdown(context=self._context)

@@ -5,7 +5,7 @@
         a trained residual: the base's chunks from the worker, the residual in the control loop on the freshest
         observation (the default way; policy=<residual run>/policy runs both in the worker, one request per step:
         docs/results/deploy_residual.md)
-    robot-rl-deploy deploy=ros2 policy=...        (on a ROS 2 host; `ros2 launch robot_rl deploy.launch.py`)
+    robot-rl-deploy deploy=ros2 policy=...        (on a ROS 2 host; `ros2 launch robot_rl_ros deploy.launch.py`)
 
 Everything is validated before the policy is loaded: a bad value exits with code 2 and one message.
 Writes runs/deploy/<timestamp>-<name>/{config.yaml, metrics.json} (tick lateness, missed ticks,
@@ -16,6 +16,7 @@ observation-to-command latency, safety counters, episodes). SIGINT / SIGTERM sto
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 
@@ -78,7 +79,7 @@ def run(cfg: DictConfig) -> dict:
     write_config(run_dir, cfg)
     try:
         transport = make_transport(dcfg.transport, name=dcfg.node_name, domain_id=dcfg.domain_id, loopback=dcfg.loopback,
-                                   realtime_priority=dcfg.realtime_priority)
+                                   realtime_priority=dcfg.realtime_priority, security=dcfg.dds_security.files())
     except (RuntimeError, ValueError) as e:
         fail(str(e))
     closers = [transport.close, env.close]
@@ -160,18 +161,72 @@ def main(cfg: DictConfig) -> None:
 
 
 def ros_main() -> None:
-    """Entry point of the ament package (ros2 run/launch robot_rl robot_rl_deploy): strips --ros-args for Hydra."""
-    import rclpy
-    from rclpy.utilities import remove_ros_args
+    """Entry point of the ament package (ros2 run/launch robot_rl_ros robot_rl_deploy): Hydra gets the command line
+    without its ROS arguments (the rclpy transport reads those from sys.orig_argv)."""
+    from real.transport_rclpy import split_ros_args
 
-    rclpy.init(args=sys.argv)
-    sys.argv = hydra_argv(remove_ros_args(sys.argv))
+    sys.argv = hydra_argv(split_ros_args(sys.argv)[0])
     main()
 
 
+# `key:=value` (what the launch file passes for each launch argument): one override whose value is taken verbatim;
+# Hydra would split it at a comma, strip its spaces or read quotes, brackets and ${...} in it, so it is quoted
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):=(.*)$", re.DOTALL)
+_PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./:@+%*?|-]*$")  # Hydra reads these unquoted as the same text (or number)
+_OVERRIDES = "--overrides="  # the launch file's `overrides` argument: Hydra overrides separated by spaces
+
+
+def hydra_value(value: str) -> str:
+    """`value` as Hydra override syntax that Hydra reads back as exactly `value` (numbers stay numbers)."""
+    if _PLAIN_VALUE.match(value):
+        return value
+    from hydra.core.override_parser.types import Quote, QuotedString
+
+    return QuotedString(text=value.replace("${", "\\${"), quote=Quote.single).with_quotes()
+
+
+def split_overrides(text: str) -> list[str]:
+    """Hydra overrides separated by whitespace outside quotes and brackets, each kept verbatim."""
+    out, cur, quote, depth, i = [], "", None, 0, 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\" and i + 1 < len(text):
+                cur += text[i:i + 2]
+                i += 2
+                continue
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "[{(":
+            depth += 1
+        elif c in "]})":
+            depth -= 1
+        elif c.isspace() and depth <= 0:
+            if cur:
+                out.append(cur)
+            cur, i = "", i + 1
+            continue
+        cur += c
+        i += 1
+    if quote:
+        fail(f"overrides: unterminated {quote} quote in {text!r}")
+    return out + [cur] if cur else out
+
+
 def hydra_argv(argv: list[str]) -> list[str]:
-    """argv as the launch file passes it: each element may hold several space-separated overrides, or none."""
-    return argv[:1] + [tok for arg in argv[1:] for tok in arg.split()]
+    """argv as the launch file passes it, as Hydra reads it: `key:=value` (any text) becomes one override,
+    `--overrides=TEXT` several; anything else is already a Hydra override (`ros2 run ... key=value`)."""
+    out = argv[:1]
+    for arg in argv[1:]:
+        m = _ASSIGN.match(arg)
+        if m:
+            out.append(f"{m.group(1)}={hydra_value(m.group(2))}")
+        elif arg.startswith(_OVERRIDES):
+            out += split_overrides(arg[len(_OVERRIDES):])
+        else:
+            out.append(arg)
+    return out
 
 
 if __name__ == "__main__":
