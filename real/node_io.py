@@ -201,6 +201,7 @@ class NodeIO:
             msg = JointTrajectory(joint_names=list(self.cfg.joints), points=[JointTrajectoryPoint(
                 positions=[float(x) for x in q], time_from_start=duration(self.cfg.trajectory_time_s))])
         self.pub_cmd.publish(msg)
+        self.safety.sent(time.monotonic())
         wall = time.time_ns()
         if measure:
             self.obs_to_cmd.append((wall - self.state_stamp_ns) * 1e-9)
@@ -216,6 +217,7 @@ class NodeIO:
             self.pub_cmd.publish(JointTrajectory(joint_names=list(self.cfg.joints)))
         else:
             self.pub_cmd.publish(float_array(hold))
+        self.safety.sent(time.monotonic())
 
     def publish_status(self, status: dict, sent) -> None:
         """Send the status; `sent()` runs right after it went out (before it is recorded)."""

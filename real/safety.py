@@ -22,7 +22,9 @@ Rules (each counted in `counts` when it acts, each tested in tests/test_real_saf
              Then the end-effector position of the command (forward kinematics of the same MJCF) must lie in
              the workspace box; if not, the command is pulled back along the segment from the last command
              (bisection), so it never leaves the box, and never moves farther out if it started outside.
-             A hold repeats the last command (speed 0 from then on).
+             A hold repeats the last command (speed 0 from then on). The time of a command is when its publish
+             returned (sent()), so a delay between filtering and publishing never turns into a faster move on
+             the wire.
   watchdog   joint states older than hold_after_s: hold the last command; older than stop_after_s:
              latched stop. With deploy.estop_heartbeat_s, no e-stop message for that long: latched stop. Before
              its first command the node listens deploy.estop_listen_s on the e-stop topic (WAITING), or until an
@@ -198,6 +200,11 @@ class SafetyFilter:
         """The last command again, sent at `now` (speed 0 from here)."""
         self.sent_t, self.speed = now, np.zeros_like(self.last)
         return self.last.copy()
+
+    def sent(self, t: float) -> None:
+        """The last command went out (publish returned) at `t`: the next one is limited over the time from here. A
+        thread preempted between filter() and the publish then leaves a shorter gap on the wire, never a faster move."""
+        self.sent_t = t
 
     def _outside(self, q: np.ndarray) -> float:
         """Distance (m) of the command's end effector outside the workspace box (0 inside)."""

@@ -103,8 +103,9 @@ class Rig:
                 obs_dims={k: (v,) for k, v in self.worker.spec.obs_dims.items()}, action_dim=self.worker.spec.action_dim,
                 policy_name=policy,
             )
+        self.logs: list[str] = []  # what the node logged
         self.node = ControlNode(self.cfg, self.env_node, self.worker, self.t_node, recorder=self.recorder,
-                                residual=residual, policy_name=policy, log=lambda m: None)
+                                residual=residual, policy_name=policy, log=self.logs.append)
         self.statuses: list[dict] = []
         self.commands: list[tuple[float, np.ndarray]] = []
         self.errors: list[BaseException] = []
