@@ -94,7 +94,7 @@ class DeployConfig:
     # joint order on the wire (commands, state): the arm's, then the fingers'
     joints: list[str] = dataclasses.field(default_factory=lambda: [*ARM_JOINTS, *FINGER_JOINTS])
     limits: dict[str, JointLimit] = dataclasses.field(default_factory=dict)
-    limits_file: str | None = None  # YAML {joint: {lower, upper, velocity, max_step}} replacing `limits`
+    limits_file: str | None = None  # YAML {joint: {lower, upper, velocity, max_step[, acceleration]}} replacing `limits`
     workspace_low: tuple[float, float, float] = (0.2, -0.4, 0.0)  # m, end-effector bounds of commands
     workspace_high: tuple[float, float, float] = (0.8, 0.4, 0.5)
     interpolation: str = "hold"  # hold (the policy step's target, as sim) | linear (ramp over the step)

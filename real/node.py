@@ -131,30 +131,33 @@ class ControlNode:
         self.clock.t0 = t_start
         self.safety.arm(t_start)
         try:
-            while not self.stopping:
-                deadline = self.clock.deadline
-                while True:
-                    now = time.monotonic()
-                    self._drain(now)
-                    if now >= deadline or self.stopping:
-                        break
-                    # with a chunk in flight, look at the worker's pipe every POLL_S; otherwise sleep to the tick
-                    self.transport.wait(min(deadline - now, POLL_S) if self.worker.busy else deadline - now)
-                now = time.monotonic()
-                self.clock.start_tick(now)
-                self._tick(now)
-                if now >= self._status_due:
-                    self._publish_status()
-                if self.recorder is not None:
-                    self.recorder.flush()
-                if self.duration_s is not None and now - t_start >= self.duration_s:
-                    self.stopping = True
-                if self.max_episodes is not None and self.episode.done >= self.max_episodes:
-                    self.stopping = True
+            self._loop(t_start)
         except Exception as e:  # noqa: BLE001 - whatever broke, the robot is stopped before the loop is left
             raise self._fault(e) from e
         self._publish_status()
         return self.metrics()
+
+    def _loop(self, t_start: float) -> None:
+        while not self.stopping:
+            deadline = self.clock.deadline
+            while True:
+                now = time.monotonic()
+                self._drain(now)
+                if now >= deadline or self.stopping:
+                    break
+                # with a chunk in flight, look at the worker's pipe every POLL_S; otherwise sleep to the tick
+                self.transport.wait(min(deadline - now, POLL_S) if self.worker.busy else deadline - now)
+            now = time.monotonic()
+            self.clock.start_tick(now)
+            self._tick(now)
+            if now >= self._status_due:
+                self._publish_status()
+            if self.recorder is not None:
+                self.recorder.flush()
+            if self.duration_s is not None and now - t_start >= self.duration_s:
+                self.stopping = True
+            if self.max_episodes is not None and self.episode.done >= self.max_episodes:
+                self.stopping = True
 
     def _fault(self, e: Exception) -> NodeFault:
         """Latch a stop for an unexpected exception, send the safe-stop command and a `stopped` status."""
