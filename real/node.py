@@ -100,6 +100,8 @@ class ControlNode:
             raise ValueError(f"deploy.task_target={cfg.task_target} must have {target_dim} numbers for task "
                              f"{env.cfg.task}")
         self.reset_token = reset_token or new_token()
+        if reset_token is None:  # robot-rl-deploy prints its own; anyone else embedding the node learns it here
+            log(f"reset token {self.reset_token}: a reset message must carry it (or request_local_reset())")
         self.io = NodeIO(cfg, transport, self.spec, self.safety, recorder, self.counts,
                          None if self.needs_object else self.obs_model.object_pose_default(), target_dim=target_dim,
                          reset_token=self.reset_token)
