@@ -32,6 +32,10 @@ class JointLimit:
     upper: float
     velocity: float  # rad/s (m/s): largest change of the command per second (per tick: velocity / rate_hz)
     max_step: float  # rad (m): largest gap between the command and the measured position
+    # rad/s^2 (m/s^2): largest growth of the command's speed per second (None: not limited). Slowing down is never
+    # limited (a stop is not delayed, a target is not overshot). Policies that step and stop every control step
+    # (interpolation=hold) move much slower under it: set it where the robot needs it (real/safety.py)
+    acceleration: float | None = None
 
 
 @dataclasses.dataclass
@@ -39,8 +43,8 @@ class Topics:
     joint_states: str = "/joint_states"  # sensor_msgs/JointState in
     position_commands: str = "/forward_position_controller/commands"  # std_msgs/Float64MultiArray out
     trajectory_commands: str = "/joint_trajectory_controller/joint_trajectory"  # trajectory_msgs/JointTrajectory out
-    estop: str = "/robot_rl/estop"  # std_msgs/Bool in: true latches a stop
-    reset: str = "/robot_rl/reset"  # std_msgs/Empty in: clears a latched stop
+    estop: str = "/robot_rl/estop"  # std_msgs/Bool in (reliable, transient-local): true latches a stop
+    reset: str = "/robot_rl/reset"  # std_msgs/String in: this run's reset token clears a latched stop
     teleop: str = "/robot_rl/teleop"  # std_msgs/Float64MultiArray in: a human's action (take-over)
     object_pose: str = "/robot_rl/object_pose"  # geometry_msgs/PoseStamped in: perception (task object)
     episode: str = "/robot_rl/episode"  # std_msgs/String in: JSON episode start/end events
@@ -108,7 +112,7 @@ class DeployConfig:
     # joint order on the wire (commands, state): the arm's, then the fingers'
     joints: list[str] = dataclasses.field(default_factory=lambda: [*ARM_JOINTS, *FINGER_JOINTS])
     limits: dict[str, JointLimit] = dataclasses.field(default_factory=dict)
-    limits_file: str | None = None  # YAML {joint: {lower, upper, velocity, max_step}} replacing `limits`
+    limits_file: str | None = None  # YAML {joint: {lower, upper, velocity, max_step[, acceleration]}} replacing `limits`
     workspace_low: tuple[float, float, float] = (0.2, -0.4, 0.0)  # m, end-effector bounds of commands
     workspace_high: tuple[float, float, float] = (0.8, 0.4, 0.5)
     interpolation: str = "hold"  # hold (the policy step's target, as sim) | linear (ramp over the step)
@@ -116,6 +120,12 @@ class DeployConfig:
     task_target: list[float] | None = None  # task goal vector when episode events carry none
     instruction: str = ""  # the language instruction for policies that read one (VLA); launch: instruction:=...
     status_hz: float = 10.0
+    # s: with an e-stop publisher that sends its state periodically (a button bridge's heartbeat), no e-stop message
+    # for this long latches a stop (the bridge died, the network split). null: off, the e-stop topic may stay silent
+    estop_heartbeat_s: float | None = None
+    # s: before its first command the node listens this long on the e-stop topic (less once an e-stop message has
+    # arrived), so a node started while the e-stop is pressed hears the publisher's last value before it moves
+    estop_listen_s: float = 0.5
     topics: Topics = dataclasses.field(default_factory=Topics)
     watchdog: Watchdog = dataclasses.field(default_factory=Watchdog)
     blending: Blending = dataclasses.field(default_factory=Blending)
@@ -190,17 +200,20 @@ def deploy_config(data: Any) -> DeployConfig:
         if not isinstance(lim, dict):
             raise DeployConfigError(f"{where} must be a mapping {{lower, upper, velocity, max_step}}")
         keys = {f.name for f in dataclasses.fields(JointLimit)}
-        if set(lim) != keys:
-            missing, extra = sorted(keys - set(lim)), sorted(set(lim) - keys)
+        required = {f.name for f in dataclasses.fields(JointLimit) if f.default is dataclasses.MISSING}
+        if not required <= set(lim) <= keys:
+            missing, extra = sorted(required - set(lim)), sorted(set(lim) - keys)
             raise DeployConfigError(
-                f"{where} must have exactly {sorted(keys)}" + (f"; missing {missing}" if missing else "")
-                + (f"; unknown {extra}" if extra else "")
+                f"{where} must have {sorted(required)} (and optionally {sorted(keys - required)})"
+                + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else "")
             )
         lo, hi = _num(f"{where}.lower", lim["lower"]), _num(f"{where}.upper", lim["upper"])
         if lo >= hi:
             raise DeployConfigError(f"{where}: lower={lo} must be below upper={hi}")
+        acc = lim.get("acceleration")
         limits[str(name)] = JointLimit(lo, hi, _num(f"{where}.velocity", lim["velocity"], positive=True),
-                                       _num(f"{where}.max_step", lim["max_step"], positive=True))
+                                       _num(f"{where}.max_step", lim["max_step"], positive=True),
+                                       None if acc is None else _num(f"{where}.acceleration", acc, positive=True))
     cfg.limits = limits
     validate(cfg)
     return cfg
@@ -227,6 +240,9 @@ def validate(cfg: DeployConfig) -> None:
     _num("deploy.trajectory_time_s", cfg.trajectory_time_s, positive=True)
     _num("deploy.teleop_timeout_s", cfg.teleop_timeout_s, positive=True)
     _num("deploy.status_hz", cfg.status_hz, positive=True)
+    if cfg.estop_heartbeat_s is not None:
+        _num("deploy.estop_heartbeat_s", cfg.estop_heartbeat_s, positive=True)
+    _num("deploy.estop_listen_s", cfg.estop_listen_s, nonneg=True)
     w = cfg.watchdog
     _num("deploy.watchdog.hold_after_s", w.hold_after_s, positive=True)
     _num("deploy.watchdog.stop_after_s", w.stop_after_s, positive=True)

@@ -15,7 +15,9 @@ inference result arrives, so receipt times are exact and a fresh chunk is used t
         command = the step's target (hold) or a ramp toward it (linear), through the safety filter; publish
     when a chunk arrives after its step began: the step's action is computed and sent right away.
 
-Exceptions from the policy or the residual, and a dead inference worker, latch a safe stop.
+Exceptions from the policy or the residual, and a dead inference worker, latch a safe stop. Malformed inputs are
+dropped and counted (real/node_io.py); any other exception in the loop latches a stop, sends the safe-stop command
+and a `stopped` status, and leaves run() as NodeFault with one line naming it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from real.config import DeployConfig
 from real.episode_state import EpisodeState
 from real.node_io import NodeIO, bag_topics  # noqa: F401 - bag_topics: the recorder's topics, imported from here
 from real.observation import ObservationModel
+from real.reset_token import new_token
 from real.safety import Mode, SafetyFilter
 from real.step_planner import StepPlanner, request_history  # noqa: F401 - request_history: part of this API
 from real.tick_clock import TickClock
@@ -67,17 +70,22 @@ def check_spec(spec, env, cameras: dict, instruction: str = "") -> None:
 POLL_S = 0.0005  # s between looks at the inference worker's pipe while a chunk is in flight
 
 
+class NodeFault(RuntimeError):
+    """The control loop failed on an unexpected exception; the safe stop and a `stopped` status went out first."""
+
+
 class ControlNode:
     def __init__(self, cfg: DeployConfig, env, worker, transport, *, residual=None, residual_scale: float = 1.0,
                  recorder=None, policy_name: str = "", max_episodes: int | None = None,
-                 duration_s: float | None = None, log=print):
+                 duration_s: float | None = None, reset_token: str | None = None, log=print):
+        """reset_token: what a reset message must carry (None: a fresh one, in `self.reset_token`)."""
         self.cfg, self.env, self.worker, self.transport = cfg, env, worker, transport
         self.spec = worker.spec
         check_spec(self.spec, env, cfg.topics.cameras, cfg.instruction)
         self.recorder, self.policy_name = recorder, policy_name
         self.max_episodes, self.duration_s, self.log = max_episodes, duration_s, log
         self.obs_model = ObservationModel(env, cfg.joints)
-        self.safety = SafetyFilter(cfg, self.obs_model.ee_pos)
+        self.safety = SafetyFilter(cfg, self.obs_model.ee_pos, log=log)
         self.clock = TickClock(cfg.rate_hz, cfg.phase_lock, cfg.phase_margin_s)
         self.counts: collections.Counter = collections.Counter()
         acts = list(model_joints(env))
@@ -87,8 +95,16 @@ class ControlNode:
             on_step=recorder.add if recorder is not None else lambda *a: None, log=log)
         self.obs_keys = list(self.spec.obs_dims) + list(self.spec.image_shapes)
         self.needs_object = "object" in self.spec.obs_dims
+        target_dim = env.task.target_dim
+        if cfg.task_target is not None and len(cfg.task_target) != target_dim:
+            raise ValueError(f"deploy.task_target={cfg.task_target} must have {target_dim} numbers for task "
+                             f"{env.cfg.task}")
+        self.reset_token = reset_token or new_token()
+        if reset_token is None:  # robot-rl-deploy prints its own; anyone else embedding the node learns it here
+            log(f"reset token {self.reset_token}: a reset message must carry it (or request_local_reset())")
         self.io = NodeIO(cfg, transport, self.spec, self.safety, recorder, self.counts,
-                         None if self.needs_object else self.obs_model.object_pose_default())
+                         None if self.needs_object else self.obs_model.object_pose_default(), target_dim=target_dim,
+                         reset_token=self.reset_token)
         self.episode = EpisodeState(cfg.task_target)
         self.mode = Mode.WAITING
         self._stop_sent = False
@@ -115,6 +131,15 @@ class ControlNode:
         self.realtime = make_realtime(self.cfg.realtime_priority, self.log)
         t_start = time.monotonic()
         self.clock.t0 = t_start
+        self.safety.arm(t_start)
+        try:
+            self._loop(t_start)
+        except Exception as e:  # noqa: BLE001 - whatever broke, the robot is stopped before the loop is left
+            raise self._fault(e) from e
+        self._publish_status()
+        return self.metrics()
+
+    def _loop(self, t_start: float) -> None:
         while not self.stopping:
             deadline = self.clock.deadline
             while True:
@@ -135,8 +160,24 @@ class ControlNode:
                 self.stopping = True
             if self.max_episodes is not None and self.episode.done >= self.max_episodes:
                 self.stopping = True
-        self._publish_status()
-        return self.metrics()
+
+    def _fault(self, e: Exception) -> NodeFault:
+        """Latch a stop for an unexpected exception, send the safe-stop command and a `stopped` status."""
+        what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        self.safety.latch(f"internal error: {what}")
+        sent = []
+        for step in (self._on_stopped, lambda: self._set_mode(Mode.STOPPED), self._publish_status):
+            try:
+                step()
+                sent.append(True)
+            except Exception:  # noqa: BLE001 - a second failure must not hide the first or skip the rest
+                sent.append(False)
+        done = "safe stop and a 'stopped' status sent" if all(sent) else "the safe stop may not have gone out"
+        return NodeFault(f"control loop failed: {what} ({done})")
+
+    def request_local_reset(self) -> None:
+        """The operator's reset at the node's machine (robot-rl-deploy: SIGUSR1); safe to call from a signal handler."""
+        self.io.local_reset = True
 
     def _drain(self, now: float) -> None:
         self.io.drain(now, self.clock, self._reset, self._on_episode_event)
@@ -159,14 +200,14 @@ class ControlNode:
         if anchor is None:
             return  # the state after the episode reset has not arrived yet
         if anchor or self.safety.last is None:
-            self.safety.start(self.io.q)
+            self.safety.start(self.io.q, now)
         object_stale = self.needs_object and self.io.object_stale(now)
         if mode == Mode.HOLDING or object_stale:
             if object_stale:
                 self.counts["object_stale_ticks"] += 1
             self._paused = True
             self._set_mode(Mode.HOLDING)
-            self._publish(self.safety.hold())
+            self.io.send_hold(measure=False)
             return
         if self._paused:  # back from a hold: queued chunks were planned for a world that moved on
             self._paused = False
@@ -176,7 +217,7 @@ class ControlNode:
         if self.episode.priming:
             self._prime(now)
         if not self.episode.may_step(self.io.state_t):
-            self._publish(self.safety.hold())
+            self.io.send_hold(measure=True)
             return
         planner = self.planner
         if planner.tick_in_step == 0:
@@ -186,7 +227,7 @@ class ControlNode:
             if self.needs_object and self.io.object_stamp_ns < self.io.state_stamp_ns:
                 self.counts["object_older_than_state_steps"] += 1  # perception behind the joints (diagnostics)
             planner.policy_step(now, phys, obs, self.io.teleop_action if self.io.teleop_live(now) else None)
-        self._publish(self.safety.filter(planner.tick_command(), self.io.q))
+        self.io.send(planner.tick_command(), measure=True)
         planner.next_tick()
 
     # ---- episodes, reset, stop --------------------------------------------------------------------
@@ -199,7 +240,7 @@ class ControlNode:
     def _begin_episode(self, ev: dict, t: float, implicit: bool = False) -> None:
         target = ev.get("target", self.cfg.task_target)
         if target is None:
-            self.safety.reject("rejected_episode_event", "episode start without target and no deploy.task_target")
+            self.safety.reject("rejected_episode_event_target", "episode start without target and no deploy.task_target")
             return
         if self.recorder is not None and self.recorder.active:
             self.recorder.end(False, partial=True)
@@ -246,7 +287,7 @@ class ControlNode:
         self._stop_sent = True
         self.log(f"safe stop: {self.safety.stop_reason}")
         if self.safety.last is not None:
-            self.io.publish_stop(self.safety.hold())
+            self.io.send_stop()
         self.planner.discard()
         if self.recorder is not None and self.recorder.active:
             self.recorder.end(False, partial=True, stop_reason=self.safety.stop_reason)
@@ -282,12 +323,9 @@ class ControlNode:
         if not self.planner.late_update(lambda: self.obs_model.phys(io.q, io.qd, io.object_pose)):
             return
         if self.planner.target_q is not None and not self.safety.stopped:
-            self._publish(self.safety.filter(self.planner.tick_command(), io.q), tick=False)
+            self.io.send(self.planner.tick_command(), measure=False)  # limited over the time since the tick's
 
     # ---- outputs ----------------------------------------------------------------------------------
-    def _publish(self, q: np.ndarray, tick: bool = True) -> None:
-        self.io.publish_command(q, measure=tick and self.mode == Mode.RUNNING)
-
     def status(self) -> dict:
         return {
             "mode": self.mode.value, "stop_reason": self.safety.stop_reason, "episode": self.episode.index,
@@ -315,4 +353,5 @@ class ControlNode:
             "episodes": self.counts["episodes"], "successes": self.counts["successes"],
             "realtime": bool(getattr(self, "realtime", False)),
             "safety": dict(self.safety.counts), "counts": dict(self.counts), "stop_reason": self.safety.stop_reason,
+            "received": dict(self.io.received),
         }

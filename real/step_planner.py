@@ -139,7 +139,7 @@ class StepPlanner:
         """Plan step `self.step` from its observation; teleop_action: the human's, when teleop is live."""
         self.history.push(obs)
         self.step_obs, self.step_t0 = obs, now
-        self.step_start_cmd = self.safety.hold()
+        self.step_start_cmd = self.safety.last.copy()
         if teleop_action is not None:
             if not self.teleop_active:
                 self.teleop_active = True
@@ -200,7 +200,7 @@ class StepPlanner:
     def tick_command(self) -> np.ndarray:
         """This tick's joint command (before the safety filter)."""
         if self.target_q is None:
-            return self.safety.hold()
+            return self.safety.last.copy()
         if self.cfg.interpolation == "hold":
             return self.target_q
         frac = (self.tick_in_step + 1) / self.ticks_per_step

@@ -38,6 +38,12 @@ class Subscription(abc.ABC):
     def take(self) -> list[tuple[object, float]]:
         """(message, receipt time.monotonic()) of every message received since the last call, oldest first."""
 
+    def incompatible_writers(self) -> int:
+        """How many writers on this topic offered a QoS this reader cannot match (a volatile writer for a
+        transient-local reader, a best-effort one for a reliable reader): they publish and nothing arrives.
+        -1 when the transport cannot tell."""
+        return -1
+
 
 class Publisher(abc.ABC):
     @abc.abstractmethod

@@ -110,6 +110,9 @@ class _DdsSubscription(Subscription):
             # Instance-state changes (a writer left) arrive as InvalidSample objects: not messages.
             out.extend((s, now) for s in batch if isinstance(s, self.msg_type))
 
+    def incompatible_writers(self) -> int:
+        return int(self.reader.get_requested_incompatible_qos_status().total_count)
+
 
 class _DdsPublisher(Publisher):
     def __init__(self, writer: DataWriter):

@@ -79,6 +79,10 @@ class _RclpySubscription(Subscription):
     def __init__(self, depth: int):
         self._queue: collections.deque = collections.deque(maxlen=max(depth, 1) * 4)
         self._lock = threading.Lock()
+        self.incompatible = 0  # counted by the subscription's incompatible-QoS event callback
+
+    def incompatible_writers(self) -> int:
+        return self.incompatible
 
     def push(self, msg) -> None:
         with self._lock:
@@ -142,7 +146,16 @@ class RclpyTransport(Transport):
             sub.push(convert_from(m, cls))
             self._event.set()
 
-        self.node.create_subscription(rclpy_class(msg_type), topic, callback, to_rclpy_qos(qos))
+        def incompatible(event, sub=sub):
+            sub.incompatible = int(event.total_count)
+
+        try:  # Humble and Jazzy have QoS events; without them the transport cannot tell
+            from rclpy.qos_event import SubscriptionEventCallbacks
+
+            events = {"event_callbacks": SubscriptionEventCallbacks(incompatible_qos=incompatible)}
+        except ImportError:
+            events, sub.incompatible = {}, -1
+        self.node.create_subscription(rclpy_class(msg_type), topic, callback, to_rclpy_qos(qos), **events)
         return sub
 
     def publisher(self, topic, msg_type, qos):

@@ -23,10 +23,10 @@ def deploy_cfg(*overrides: str):
     return cfg, deploy_config(cfg.deploy)
 
 
-def lift_env():
+def lift_env(**overrides):
     import sim
 
-    return sim.make("lift", backend="mujoco", num_envs=1)
+    return sim.make("lift", backend="mujoco", num_envs=1, **overrides)
 
 
 def model_joints_of(env):

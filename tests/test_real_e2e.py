@@ -58,6 +58,9 @@ def test_driver_and_node_processes_complete_lift_episodes_over_dds(tmp_path):
     assert nod["successes"] == drv["successes"] and nod["stop_reason"] is None
     assert nod["safety"].get("stops", 0) == 0 and nod["realtime"] in (True, False)
     assert nod["ticks"] > 0 and nod["obs_to_cmd_p50_ms"] is not None
+    token_file = tmp_path / "node" / "reset_token"  # what a reset must carry: the node's user alone may read it
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert f"reset token {token_file.read_text().strip()} " in node.stdout
 
     # the same seeds in-process: the episodes start from identical states
     import sim

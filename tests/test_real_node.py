@@ -21,7 +21,8 @@ import pytest
 from real import messages as M
 from real.blending import ChunkBlender
 from real.config import Blending
-from real.qos import LATEST, RELIABLE
+from real.qos import ESTOP, LATEST, RELIABLE
+from real.reset_token import reset_message
 from real.tick_clock import TickClock
 from tests.test_real_config import deploy_cfg, lift_env
 
@@ -50,7 +51,9 @@ class Rig:
     """Sim driver + control node (threads) + an operator participant, on a private DDS domain and namespace."""
 
     def __init__(self, tmp_path, policy: str = "expert", record: bool = False, extra: tuple = (), residual=None,
-                 on_chunk=None):
+                 on_chunk=None, env: dict | None = None, prestart=None):
+        """env: overrides of both lift envs (e.g. control_hz); prestart(rig): runs once the operator's publishers exist,
+        before the node does (default: the e-stop button publishes its released state, as a button bridge does)."""
         from real.inference import InferenceWorker
         from real.node import ControlNode, bag_topics
         from real.recording import DeploymentRecorder
@@ -65,16 +68,20 @@ class Rig:
             *topic_overrides(self.ns), *extra,
         )
         self.switch = sys.getswitchinterval()
-        self.env_node, self.env_driver = lift_env(), lift_env()
+        self.env_node, self.env_driver = lift_env(**(env or {})), lift_env(**(env or {}))
         self.t_node = DdsTransport(domain, loopback=True)
         self.t_driver = DdsTransport(domain, loopback=True)
         self.t_op = DdsTransport(domain, loopback=True)
         t = self.cfg.topics
         self.status_sub = self.t_op.subscribe(t.status, M.String, LATEST)
         self.cmd_sub = self.t_op.subscribe(t.position_commands, M.Float64MultiArray, RELIABLE)
-        self.estop = self.t_op.publisher(t.estop, M.Bool, LATEST)
-        self.reset = self.t_op.publisher(t.reset, M.Empty, LATEST)
+        self.estop = self.t_op.publisher(t.estop, M.Bool, ESTOP)
+        self.reset = self.t_op.publisher(t.reset, M.String, RELIABLE)
         self.states = self.t_op.publisher(t.joint_states, M.JointState, RELIABLE)
+        if prestart is not None:
+            prestart(self)
+        else:
+            self.estop.publish(M.Bool(data=False))
         self.driver = SimDriver(self.env_driver, self.cfg, self.t_driver, episodes=1000, wait_for_node_s=60, log=lambda m: None)
         self.worker = InferenceWorker(policy, dataclasses.asdict(self.env_node.cfg), mode="thread")
         if on_chunk is not None:  # the test sees every chunk the node receives, in arrival order
@@ -96,14 +103,19 @@ class Rig:
                 obs_dims={k: (v,) for k, v in self.worker.spec.obs_dims.items()}, action_dim=self.worker.spec.action_dim,
                 policy_name=policy,
             )
+        self.logs: list[str] = []  # what the node logged
         self.node = ControlNode(self.cfg, self.env_node, self.worker, self.t_node, recorder=self.recorder,
-                                residual=residual, policy_name=policy, log=lambda m: None)
+                                residual=residual, policy_name=policy, log=self.logs.append)
         self.statuses: list[dict] = []
         self.commands: list[tuple[float, np.ndarray]] = []
         self.errors: list[BaseException] = []
         self.threads = [threading.Thread(target=self._guard, args=(f,), daemon=True) for f in (self.driver.run, self.node.run)]
         for th in self.threads:
             th.start()
+
+    def reset_node(self, token: str | None = None) -> None:
+        """Publish a reset with the node's token (or `token`)."""
+        self.reset.publish(reset_message(self.node.reset_token if token is None else token))
 
     def _guard(self, fn):
         try:
@@ -159,7 +171,7 @@ def running(s):
     return s["mode"] == "running"
 
 
-def test_estop_topic_latches_a_stop_that_only_a_reset_after_release_clears(rig_factory):
+def test_estop_topic_latches_a_stop_that_only_a_reset_with_the_token_after_release_clears(rig_factory):
     rig = rig_factory()
     rig.wait_for(running, what="the node to run an episode")
     rig.estop.publish(M.Bool(data=True))
@@ -170,7 +182,7 @@ def test_estop_topic_latches_a_stop_that_only_a_reset_after_release_clears(rig_f
     while time.monotonic() < end:
         rig.poll()
     assert len(rig.commands) - n_stopped <= 1  # at most the final hold, then silence while stopped
-    rig.reset.publish(M.Empty())  # refused: the e-stop is still asserted
+    rig.reset_node()  # refused: the e-stop is still asserted
     rig.wait_for(lambda s: s["counts"].get("refused_resets", 0) >= 1, what="the refused reset")
     assert rig.statuses[-1]["mode"] == "stopped"
     rig.estop.publish(M.Bool(data=False))
@@ -178,7 +190,11 @@ def test_estop_topic_latches_a_stop_that_only_a_reset_after_release_clears(rig_f
     while time.monotonic() < end:
         rig.poll()
     assert rig.statuses[-1]["mode"] == "stopped"  # releasing the button alone clears nothing
-    rig.reset.publish(M.Empty())
+    for token in ("", "0" * 32, rig.node.reset_token[:-1]):  # anyone else on the DDS domain
+        rig.reset_node(token)
+    s = rig.wait_for(lambda s: s["safety"].get("rejected_reset_token", 0) == 3, what="three resets without the token")
+    assert s["mode"] == "stopped"
+    rig.reset_node()
     rig.wait_for(running, what="the node to resume after the reset")
     assert rig.statuses[-1]["safety"]["resets"] == 1
 
@@ -335,7 +351,8 @@ def test_camera_images_are_decoded_and_malformed_ones_rejected(rig_factory, requ
     np.testing.assert_array_equal(rig.node.images["front"], img)
     pub.publish(M.Image(height=4, width=6, encoding="bgr8", step=18, data=img.tobytes()))
     pub.publish(M.Image(height=4, width=6, encoding="rgb8", step=18, data=img.tobytes()[:-3]))
-    rig.wait_for(lambda s: s["safety"].get("rejected_image", 0) == 2, what="two malformed images rejected")
+    rig.wait_for(lambda s: s["safety"].get("rejected_image_encoding", 0) == 1
+                 and s["safety"].get("rejected_image_size", 0) == 1, what="two malformed images rejected")
 
 
 class ConstantResidual:

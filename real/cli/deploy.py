@@ -9,16 +9,20 @@
 
 Everything is validated before the policy is loaded: a bad value exits with code 2 and one message.
 Writes runs/deploy/<timestamp>-<name>/{config.yaml, metrics.json} (tick lateness, missed ticks,
-observation-to-command latency, safety counters, episodes). SIGINT / SIGTERM stop the loop cleanly
-(the episode being recorded is committed as partial).
+observation-to-command latency, safety counters, episodes) and reset_token (mode 0600: what a reset message must
+carry, real/reset_token.py; also printed at start-up). SIGINT / SIGTERM stop the loop cleanly (the episode being
+recorded is committed as partial); SIGUSR1 is the operator's local reset of a latched stop. A control-loop failure
+sends the safe stop and a `stopped` status, then exits with code 1 and one line (traceback in <run dir>/error.txt).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sys
+import traceback
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -61,8 +65,9 @@ def run(cfg: DictConfig) -> dict:
 
     from policies.base import SpecMismatch
     from real.inference import InferenceWorker, PolicyLoadError
-    from real.node import ControlNode, bag_topics
+    from real.node import ControlNode, NodeFault, bag_topics
     from real.recording import DeploymentRecorder, RecordingError
+    from real.reset_token import new_token, write_token
     from real.residual import load_residual
     from real.transport import make_transport
 
@@ -77,6 +82,8 @@ def run(cfg: DictConfig) -> dict:
         fail(f"residual: {e}")
     run_dir = current_run_dir()
     write_config(run_dir, cfg)
+    token = new_token()
+    token_file = write_token(run_dir, token)
     try:
         transport = make_transport(dcfg.transport, name=dcfg.node_name, domain_id=dcfg.domain_id, loopback=dcfg.loopback,
                                    realtime_priority=dcfg.realtime_priority, security=dcfg.dds_security.files())
@@ -108,7 +115,7 @@ def run(cfg: DictConfig) -> dict:
         try:
             node = ControlNode(dcfg, env, worker, transport, residual=residual, residual_scale=float(cfg.residual_scale),
                                recorder=recorder, policy_name=cfg.policy, max_episodes=cfg.episodes,
-                               duration_s=cfg.duration_s)
+                               duration_s=cfg.duration_s, reset_token=token)
         except (SpecMismatch, ValueError) as e:
             fail(str(e))
 
@@ -117,6 +124,7 @@ def run(cfg: DictConfig) -> dict:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGUSR1, lambda signum, frame: node.request_local_reset())
         if residual is None and worker.spec.action_horizon == 1 and _checkpoint_kind(cfg.policy) == "residual":
             print("robot-rl-deploy: note: policy= is a residual checkpoint, run in the worker one request per step; "
                   "policy=<its base> residual=<this checkpoint> runs the residual in the loop (half the per-step "
@@ -124,7 +132,17 @@ def run(cfg: DictConfig) -> dict:
         print(f"robot-rl-deploy: {cfg.policy} on {env_cfg.task}, {dcfg.rate_hz:g} Hz, {dcfg.transport} "
               f"(domain {dcfg.domain_id}{', loopback' if dcfg.transport == 'dds' and dcfg.loopback else ''}), "
               f"commands -> {dcfg.command_topic}", flush=True)
-        metrics = node.run()
+        print(f"robot-rl-deploy: reset token {token} (in {token_file}); a latched stop clears with it on "
+              f"{dcfg.topics.reset} (std_msgs/String), or here: kill -USR1 {os.getpid()}", flush=True)
+        try:
+            metrics = node.run()
+        except NodeFault as e:
+            (run_dir / "error.txt").write_text(traceback.format_exc())
+            metrics = node.metrics()
+            metrics["error"] = str(e)
+            write_metrics(run_dir, metrics)
+            print(f"robot-rl-deploy: error: {e}; traceback in {run_dir / 'error.txt'}", file=sys.stderr, flush=True)
+            raise SystemExit(1)
     finally:
         for close in closers:
             close()
