@@ -27,7 +27,7 @@ ARGUMENTS = (
     ("position_command_topic", "deploy.topics.position_commands", "/forward_position_controller/commands", "std_msgs/Float64MultiArray output"),
     ("trajectory_command_topic", "deploy.topics.trajectory_commands", "/joint_trajectory_controller/joint_trajectory", "trajectory_msgs/JointTrajectory output"),
     ("estop_topic", "deploy.topics.estop", "/robot_rl/estop", "std_msgs/Bool e-stop input (true latches a stop)"),
-    ("reset_topic", "deploy.topics.reset", "/robot_rl/reset", "std_msgs/Empty reset input (clears a latched stop)"),
+    ("reset_topic", "deploy.topics.reset", "/robot_rl/reset", "std_msgs/String reset input: the run's reset token (printed at start) clears a latched stop"),
     ("object_pose_topic", "deploy.topics.object_pose", "/robot_rl/object_pose", "geometry_msgs/PoseStamped of the task object"),
     ("instruction", "deploy.instruction", "", "language instruction for policies that read one (VLA), e.g. 'lift the red cube'"),
 )
