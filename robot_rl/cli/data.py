@@ -11,11 +11,10 @@ and one line naming the path and the problem.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from robot_rl.common.cli import fail
+from robot_rl.common.cli import ArgumentParser, fail
 
 
 def _counts(d: dict) -> str:
@@ -66,7 +65,7 @@ def _merge(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="robot-rl-data", description="Inspect and combine episode stores.")
+    parser = ArgumentParser(prog="robot-rl-data", description="Inspect and combine episode stores.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="episodes, steps, keys with shapes and dtypes, success rate, sources")
     p.add_argument("path")
