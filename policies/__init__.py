@@ -34,16 +34,23 @@ def load_policy(path: str | Path, device: str = "cpu") -> BasePolicy:
 
     tensors, cfg = checkpoint.load(path, device=device)
     kind = cfg.get("kind")
-    if kind not in REGISTRY or "spec" not in cfg:
+    if not isinstance(kind, str) or kind not in REGISTRY or "spec" not in cfg:
         raise checkpoint.CheckpointError(
             f"checkpoint {Path(path) / checkpoint.CONFIG} names no known policy kind (got {kind!r}; "
             f"known: {', '.join(sorted(REGISTRY))})"
         )
     try:
         spec = PolicySpec.from_dict(cfg["spec"])
-    except (TypeError, KeyError, AttributeError) as e:
+    except (TypeError, KeyError, AttributeError, ValueError) as e:
         raise checkpoint.CheckpointError(f"checkpoint {Path(path) / checkpoint.CONFIG} has a malformed spec ({e})") from None
-    return policy_class(kind).from_checkpoint(tensors, cfg.get("config", {}), spec, device)
+    try:
+        return policy_class(kind).from_checkpoint(tensors, cfg.get("config", {}), spec, device)
+    except (SpecMismatch, checkpoint.CheckpointError):
+        raise
+    except (ValueError, TypeError, KeyError) as e:  # a config value of the wrong name, type or range (ConfigError)
+        why = f"it lacks {e.args[0]!r}" if isinstance(e, KeyError) else (str(e).splitlines() or [type(e).__name__])[0]
+        raise checkpoint.CheckpointError(
+            f"checkpoint {Path(path) / checkpoint.CONFIG} does not describe a loadable {kind} policy: {why}") from None
 
 
 __all__ = ["BasePolicy", "PolicySpec", "SpecMismatch", "REGISTRY", "load_policy", "policy_class"]

@@ -67,6 +67,43 @@ class BCConfig:
     skip_damaged: bool = False  # train on the intact episodes of a damaged store (robot-rl-data verify lists the
     # damaged ones) instead of refusing it
 
+    def __post_init__(self):
+        """Ranges and shapes (types are checked by robot_rl.common.config.from_mapping); ValueError naming the key."""
+        from robot_rl.data.episode_store import SOURCES
+        from robot_rl.data.sampler import MODES
+
+        if isinstance(self.data, (list, tuple)) and len(self.data) == 1:
+            self.data = self.data[0]
+        many = isinstance(self.data, (list, tuple)) and self.data and all(isinstance(p, str) and p for p in self.data)
+        if not (isinstance(self.data, str) and self.data) and not many:
+            raise ValueError("data=PATH (or data=[PATH1,PATH2] to mix stores) must name episode stores "
+                             "(robot-rl-collect out=PATH and robot-rl-teleop out=PATH write them)")
+        for k, least in (("steps", 1), ("batch_size", 1), ("log_every", 1), ("ckpt_every", 1), ("keep_checkpoints", 1),
+                         ("eval_episodes", 1), ("warmup_steps", 0), ("eval_every", 0), ("videos", 0), ("seed", 0),
+                         ("eval_seed", 0)):
+            v = getattr(self, k)
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= least):
+                raise ValueError(f"{k}={v!r} must be a whole number >= {least}")
+        for k in ("lr", "grad_clip"):
+            if not (_num(getattr(self, k)) and getattr(self, k) > 0):
+                raise ValueError(f"{k}={getattr(self, k)!r} must be a number > 0")
+        for k in ("weight_decay", "intervention_weight", "autonomous_weight"):
+            if not (_num(getattr(self, k)) and getattr(self, k) >= 0):
+                raise ValueError(f"{k}={getattr(self, k)!r} must be a number >= 0")
+        n, dw, sw = len(self.paths), self.data_weights, self.source_weights
+        if dw is not None and not (isinstance(dw, (list, tuple)) and len(dw) == n
+                                   and all(_num(x) and x >= 0 for x in dw) and sum(dw) > 0):
+            raise ValueError(f"data_weights={dw!r} must list {n} number(s) >= 0 (one per store in data, not all 0), "
+                             "or be null to draw in proportion to each store's windows")
+        if sw is not None and (not isinstance(sw, dict) or any(k not in SOURCES or not (_num(v) and v >= 0)
+                                                                for k, v in sw.items())):
+            raise ValueError(f"source_weights={sw!r} must map episode sources ({', '.join(SOURCES)}) to numbers >= 0")
+        if self.init is not None and not (isinstance(self.init, str) and self.init):
+            raise ValueError(f"init={self.init!r} must be a policy checkpoint directory (or null to train from "
+                             "scratch)")
+        if self.data_mode not in MODES:
+            raise ValueError(f"data_mode={self.data_mode!r}; valid: {', '.join(MODES)}")
+
     @property
     def paths(self) -> list[str]:
         return [self.data] if isinstance(self.data, str) else list(self.data)
@@ -76,6 +113,10 @@ class BCConfig:
         """Weighted sampling is needed (else one store, every window equally likely: the plain BC sampler)."""
         return (len(self.paths) > 1 or any(v != 1 for v in (self.source_weights or {}).values())
                 or self.intervention_weight != 1 or self.autonomous_weight != 1)
+
+
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def resume_config(cfg: "BCConfig", policy_cfg, task: str) -> dict:
@@ -204,6 +245,9 @@ class BCWorkspace:
         from policies import policy_class
         from robot_rl.data.sampler import MixtureSampler, SequenceSampler
 
+        # Seeded before anything random is built (the policy's initial weights): same command, same weights
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
         stores = list(store) if isinstance(store, (list, tuple)) else [store]
         self.run_dir, self.cfg, self.env = Path(run_dir), cfg, env
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -258,8 +302,6 @@ class BCWorkspace:
             self.policy.spec.check_env(env)
         if self.instructions is not None:  # every instruction fits the text encoder (and is embedded once, now)
             self.policy.text.encode(list(np.unique(np.concatenate(self.instructions))))
-        torch.manual_seed(cfg.seed)
-        self.rng = np.random.default_rng(cfg.seed)
         self.opt = torch.optim.AdamW(self.policy.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg.warmup_steps, cfg.steps))
         self.step = 0

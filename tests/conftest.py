@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import os
 import subprocess
 import sys
@@ -66,3 +68,67 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     for n in needles:
         assert n in proc.stderr, (n, proc.stderr)
+
+
+# ---- console scripts in this process, on one tiny store and BC run (tests/test_bad_input_table.py, ...) --------
+# A tiny diffusion policy and budget: checkpoints, not learning, are what the rows read.
+TINY_BC = ["policy.dims=[16,32]", "policy.step_embed_dim=16", "policy.pred_horizon=8", "policy.action_horizon=4",
+        "policy.inference_steps=2", "policy.train_steps=20", "batch_size=8", "ckpt_every=1", "log_every=1",
+        "warmup_steps=1", "env.num_envs=2", "final_eval=false", "videos=0"]
+
+SCRIPTS = {  # console script -> module with main (pyproject.toml [project.scripts])
+    "robot-rl-eval": "robot_rl.cli.eval", "robot-rl-collect": "robot_rl.cli.collect",
+    "robot-rl-train-bc": "robot_rl.cli.train_bc", "robot-rl-train-residual": "robot_rl.cli.train_residual",
+    "robot-rl-train-reward": "robot_rl.cli.train_reward", "robot-rl-data": "robot_rl.cli.data",
+    "robot-rl-deploy": "real.cli.deploy",
+}
+
+
+def run_main(script: str, args: list[str], capsys, monkeypatch) -> tuple[int | str | None, str, str]:
+    """(exit code, stdout, stderr) of console script `script` run in-process with argv `args` (of one key given
+    twice, the last wins)."""
+    main = importlib.import_module(SCRIPTS[script]).main
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    capsys.readouterr()
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@dataclasses.dataclass
+class Tiny:
+    root: Path
+    store: Path  # lift episodes of the scripted expert
+    bc_run: Path  # a finished 2-step train-bc run dir: checkpoints/step_0000002, latest.json, policy/
+    file: Path  # a plain file
+
+    @property
+    def policy(self) -> Path:
+        return self.bc_run / "policy"
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> Tiny:
+    import sim
+    from robot_rl.data import EpisodeStore
+    from robot_rl.data.collect import collect
+    from sim.experts import make_expert
+
+    root = tmp_path_factory.mktemp("tiny")
+    store = root / "lift.zarr"
+    env = sim.make("lift", num_envs=2)
+    with EpisodeStore.open(store, mode="a") as s:
+        collect(env, make_expert(env, noise=0.1, seed=0), s, episodes=4, seed=0, source="expert")
+    env.close()
+    (root / "notes.txt").write_text("not a store\n")
+    run = root / "bc"
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sys, "argv", ["robot-rl-train-bc", f"data={store}", "steps=2", *TINY_BC, f"hydra.run.dir={run}"])
+    importlib.import_module(SCRIPTS["robot-rl-train-bc"]).main()
+    mp.undo()
+    assert (run / "checkpoints/latest.json").is_file() and (run / "policy/config.json").is_file()
+    return Tiny(root, store, run, root / "notes.txt")

@@ -24,11 +24,10 @@ import signal
 import sys
 import traceback
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from real.cli import model_env, single_env_and_deploy_config
-from robot_rl.common.cli import fail, number, whole
+from robot_rl.common.cli import fail, hydra_command, number, whole
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
@@ -173,7 +172,7 @@ def _checkpoint_kind(path: str) -> str | None:
         return None
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="deploy")
+@hydra_command("deploy")
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

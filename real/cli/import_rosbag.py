@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from robot_rl.common.cli import fail
+from robot_rl.common.cli import ArgumentParser, fail
 
 
 def run(args) -> None:
@@ -49,7 +49,7 @@ def run(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robot-rl-import-rosbag",
+    p = ArgumentParser(prog="robot-rl-import-rosbag",
                                 description="Turn a rosbag2 (joint states + commands) into episodes in OUT.")
     p.add_argument("bag", help="rosbag2 directory (MCAP or SQLite3)")
     p.add_argument("out", help="episode store to append to (created if missing)")

@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import signal
 
-import hydra
 from omegaconf import DictConfig
 
 from real.cli import model_env, single_env_and_deploy_config
-from robot_rl.common.cli import fail, number, whole
+from robot_rl.common.cli import fail, hydra_command, number, whole
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="sim_driver")
+@hydra_command("sim_driver")
 def main(cfg: DictConfig) -> None:
     from real.sim_driver import NodeTimeout, SimDriver
     from real.transport import make_transport

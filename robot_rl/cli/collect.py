@@ -16,10 +16,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from robot_rl.common.cli import fail, number, progress_bar, whole
+from robot_rl.common.cli import fail, hydra_command, number, progress_bar, whole
 from robot_rl.cli.common import env_config, make_env
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
@@ -78,7 +77,7 @@ def _refuse_repeat(store, out: Path, task: str, source: str, seed: int, episodes
          f"robot-rl-collect {' '.join(shlex.quote(a) for a in args)}")
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="collect")
+@hydra_command("collect")
 def main(cfg: DictConfig) -> None:
     from robot_rl.data.episode_store import EpisodeStore, check_is_store
     from robot_rl.data.errors import StoreError
@@ -92,7 +91,6 @@ def main(cfg: DictConfig) -> None:
             check_is_store(out)  # refuse a non-store path before any env is built
         except StoreError as e:
             fail(str(e))
-    write_config(run_dir, cfg)
 
     from robot_rl.data.collect import collect, policy_metadata
     from sim.experts import make_expert
@@ -110,6 +108,7 @@ def main(cfg: DictConfig) -> None:
                 fail(str(e))
             source, who = "expert", "expert"
             meta = {"backend": env_cfg.backend, "expert_noise": float(cfg.expert.noise)}
+        write_config(run_dir, cfg)  # the expert or policy is ready: the run is on
         try:
             store = EpisodeStore.open(out, mode="a", fsync=cfg.fsync)
         except StoreError as e:  # not a store, corrupted, damaged, or locked by another writer

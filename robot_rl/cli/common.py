@@ -3,6 +3,8 @@ torch threads, loading a policy checkpoint against the env, resuming a run; each
 
 from __future__ import annotations
 
+import contextlib
+
 from robot_rl.common.cli import fail, or_fail
 
 
@@ -43,11 +45,32 @@ def load_checkpoint(path: str, env, device: str = "cpu"):
     return policy
 
 
+@contextlib.contextmanager
+def hold_run_dir(run_dir):
+    """robot_rl.common.run_dir.hold(run_dir) for the block, with another live holder as one line + exit 2."""
+    from robot_rl.common.run_dir import RunDirBusy, hold
+
+    held = hold(run_dir)
+    try:
+        held.__enter__()
+    except RunDirBusy as e:
+        fail(str(e))
+    try:
+        yield run_dir
+    finally:
+        held.__exit__(None, None, None)
+
+
 def resume_or_fail(workspace) -> bool:
-    """workspace.try_resume(), with a changed config or a broken checkpoint as one line + exit 2."""
+    """workspace.try_resume(), with a changed config or a broken checkpoint as one line + exit 2 (run it while
+    holding the run directory: it also removes the temp files of an interrupted checkpoint write)."""
     from robot_rl.common.checkpoint import CheckpointError, ResumeMismatch
 
     try:
         return workspace.try_resume()
     except (ResumeMismatch, CheckpointError) as e:
         fail(str(e))
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:  # state of the wrong shape or type
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        fail(f"cannot resume from {workspace.ckpt_dir}: its training state does not load ({msg}); restore the "
+             "checkpoint or start a new run directory")

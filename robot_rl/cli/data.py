@@ -16,12 +16,11 @@ and one line naming the path and the problem.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from robot_rl.common.cli import fail
+from robot_rl.common.cli import ArgumentParser, fail
 
 
 def _counts(d: dict) -> str:
@@ -100,7 +99,7 @@ def _verify(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="robot-rl-data", description="Inspect and combine episode stores.")
+    parser = ArgumentParser(prog="robot-rl-data", description="Inspect and combine episode stores.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="episodes, steps, keys with shapes and dtypes, success rate, sources")
     p.add_argument("path")

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import time
 
-import hydra
 from omegaconf import DictConfig
 
-from robot_rl.common.cli import fail, number, progress_bar, whole
+from robot_rl.common.cli import fail, hydra_command, number, progress_bar, whole
 from robot_rl.cli.common import env_config, load_checkpoint, make_env, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
@@ -31,7 +30,7 @@ def load(policy: str, env, cfg: DictConfig):
     return load_checkpoint(policy, env, str(cfg.device))
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="eval")
+@hydra_command("eval")
 def main(cfg: DictConfig) -> None:
     env_cfg = env_config(cfg.env)
     episodes = whole("episodes", cfg.episodes, 1)
@@ -43,7 +42,6 @@ def main(cfg: DictConfig) -> None:
         fail("policy=PATH (a checkpoint directory) or policy=expert is required")
     set_torch_threads(whole("torch_threads", cfg.torch_threads, 0))
     run_dir = current_run_dir()
-    write_config(run_dir, cfg)
 
     from robot_rl.evaluation import evaluate_policy
 
@@ -51,6 +49,7 @@ def main(cfg: DictConfig) -> None:
     env = make_env(env_cfg)
     try:
         policy = load(cfg.policy, env, cfg)
+        write_config(run_dir, cfg)  # the policy loaded: the run is on
         try:
             with progress_bar() as bar:
                 task = bar.add_task(f"eval {env_cfg.task}", total=episodes)

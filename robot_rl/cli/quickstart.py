@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import time
 
-import hydra
 from omegaconf import DictConfig
 
-from robot_rl.common.cli import fail, number, or_fail, progress_bar, whole
-from robot_rl.cli.common import env_config, make_env, set_torch_threads
+from robot_rl.common.cli import fail, hydra_command, number, or_fail, progress_bar, whole
+from robot_rl.cli.common import env_config, hold_run_dir, make_env, set_torch_threads
 from robot_rl.cli.train_bc import bc_config, open_store, policy_config
 from robot_rl.cli.train_residual import rl_config, run_with_budget_bar
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
@@ -48,7 +47,7 @@ def _check(cfg: DictConfig):
     return env_cfg, stages
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="quickstart")
+@hydra_command("quickstart")
 def main(cfg: DictConfig) -> None:
     env_cfg, stages = _check(cfg)
     policy_cfg = policy_config(cfg.policy) if "bc" in stages else None
@@ -58,146 +57,148 @@ def main(cfg: DictConfig) -> None:
     rl_cfg = rl_config(cfg.rl) if "residual" in stages else None
     reward_cfg = reward_config(cfg.reward) if "reward" in stages else None
     set_torch_threads(int(cfg.torch_threads))
-    write_config(run_dir, cfg)
+    with hold_run_dir(run_dir):  # one quickstart per run dir (runs/quickstart/<name>)
+        write_config(run_dir, cfg)
 
-    from policies.expert import ExpertPolicy
-    from robot_rl.evaluation import evaluate_policy
-    from robot_rl.quickstart import Pipeline, StageFailed
+        from policies.expert import ExpertPolicy
+        from robot_rl.evaluation import evaluate_policy
+        from robot_rl.quickstart import Pipeline, StageFailed
 
-    t0 = time.perf_counter()
-    env = make_env(env_cfg)
-    try:
-        with progress_bar() as bar:
-            def evaluate(policy, label, out, videos=0):
-                task = bar.add_task(f"{label}: evaluate", total=int(cfg.episodes))
-                return evaluate_policy(env, policy, int(cfg.episodes), seed=int(cfg.eval_seed), videos=videos,
-                                       video_dir=out / "videos", progress=lambda n: bar.advance(task, n))
+        t0 = time.perf_counter()
+        env = make_env(env_cfg)
+        try:
+            with progress_bar() as bar:
+                def evaluate(policy, label, out, videos=0):
+                    task = bar.add_task(f"{label}: evaluate", total=int(cfg.episodes))
+                    return evaluate_policy(env, policy, int(cfg.episodes), seed=int(cfg.eval_seed), videos=videos,
+                                           video_dir=out / "videos", progress=lambda n: bar.advance(task, n))
 
-            def expert(out):
-                try:
-                    pol = ExpertPolicy(env, noise=float(cfg.expert_noise), seed=int(cfg.seed))
-                except ValueError as e:  # no expert for this task, or an action space experts cannot drive
-                    raise StageFailed(str(e)) from None
-                return summary(evaluate(pol, "expert", out))
+                def expert(out):
+                    try:
+                        pol = ExpertPolicy(env, noise=float(cfg.expert_noise), seed=int(cfg.seed))
+                    except ValueError as e:  # no expert for this task, or an action space experts cannot drive
+                        raise StageFailed(str(e)) from None
+                    return summary(evaluate(pol, "expert", out))
 
-            def demos(out):
-                from robot_rl.data import EpisodeStore
-                from robot_rl.data.collect import collect
+                def demos(out):
+                    from robot_rl.data import EpisodeStore
+                    from robot_rl.data.collect import collect
 
-                task = bar.add_task("demos: record", total=int(cfg.demos))
-                with EpisodeStore.open(demos_path, mode="a") as store:
-                    r = collect(env, ExpertPolicy(env, noise=float(cfg.demo_noise), seed=int(cfg.seed)).expert,
-                                store, int(cfg.demos), seed=int(cfg.seed), source="expert",
-                                metadata={"expert_noise": float(cfg.demo_noise)}, progress=lambda n: bar.advance(task, n))
-                return {"store": str(demos_path), "noise": float(cfg.demo_noise), **r}
+                    task = bar.add_task("demos: record", total=int(cfg.demos))
+                    with EpisodeStore.open(demos_path, mode="a") as store:
+                        r = collect(env, ExpertPolicy(env, noise=float(cfg.demo_noise), seed=int(cfg.seed)).expert,
+                                    store, int(cfg.demos), seed=int(cfg.seed), source="expert",
+                                    metadata={"expert_noise": float(cfg.demo_noise)},
+                                    progress=lambda n: bar.advance(task, n))
+                    return {"store": str(demos_path), "noise": float(cfg.demo_noise), **r}
 
-            def bc(out):
-                from robot_rl.common.run_log import RunLog
-                from robot_rl.train_bc import BCWorkspace, write_results
+                def bc(out):
+                    from robot_rl.common.run_log import RunLog
+                    from robot_rl.train_bc import BCWorkspace, write_results
 
-                store = open_store(str(demos_path), env_cfg, env.obs_dims)
-                ws = BCWorkspace(out, bc_cfg, policy_cfg, env, store)
-                log = RunLog(out)
-                result = ws.run(log, bar)
-                write_results(out, log, result, {"task": env_cfg.task, "data": str(demos_path),
-                                                 "episodes": store.n_episodes})
-                log.close()
-                store.close()
-                return {"policy": str(out / "policy"), "steps": result["steps"], "final_loss": result["final_loss"],
-                        "train_time_s": result["train_time_s"]}
+                    store = open_store(str(demos_path), env_cfg, env.obs_dims)
+                    ws = BCWorkspace(out, bc_cfg, policy_cfg, env, store)
+                    log = RunLog(out)
+                    result = ws.run(log, bar)
+                    write_results(out, log, result, {"task": env_cfg.task, "data": str(demos_path),
+                                                     "episodes": store.n_episodes})
+                    log.close()
+                    store.close()
+                    return {"policy": str(out / "policy"), "steps": result["steps"], "final_loss": result["final_loss"],
+                            "train_time_s": result["train_time_s"]}
 
-            def eval_bc(out):
-                from policies import load_policy
+                def eval_bc(out):
+                    from policies import load_policy
 
-                policy = load_policy(run_dir / "bc" / "policy")
-                return summary(evaluate(policy, "BC policy", out, videos=int(cfg.videos)))
+                    policy = load_policy(run_dir / "bc" / "policy")
+                    return summary(evaluate(policy, "BC policy", out, videos=int(cfg.videos)))
 
-            def rollouts(out):
-                from policies import load_policy
-                from policies.runner import PolicyRunner
-                from robot_rl.data import EpisodeStore
-                from robot_rl.data.collect import collect, policy_metadata
+                def rollouts(out):
+                    from policies import load_policy
+                    from policies.runner import PolicyRunner
+                    from robot_rl.data import EpisodeStore
+                    from robot_rl.data.collect import collect, policy_metadata
 
-                task = bar.add_task("rollouts: record BC episodes", total=int(cfg.rollouts))
-                path = out / "episodes.zarr"
-                runner = PolicyRunner(load_policy(run_dir / "bc" / "policy"), env.num_envs, env=env)
-                with EpisodeStore.open(path, mode="a") as store:
-                    r = collect(env, runner, store, int(cfg.rollouts), seed=int(cfg.seed) + 1, source="policy",
-                                metadata=policy_metadata(run_dir / "bc" / "policy", runner.policy),
-                                progress=lambda n: bar.advance(task, n))
-                return {"store": str(path), **r}
+                    task = bar.add_task("rollouts: record BC episodes", total=int(cfg.rollouts))
+                    path = out / "episodes.zarr"
+                    runner = PolicyRunner(load_policy(run_dir / "bc" / "policy"), env.num_envs, env=env)
+                    with EpisodeStore.open(path, mode="a") as store:
+                        r = collect(env, runner, store, int(cfg.rollouts), seed=int(cfg.seed) + 1, source="policy",
+                                    metadata=policy_metadata(run_dir / "bc" / "policy", runner.policy),
+                                    progress=lambda n: bar.advance(task, n))
+                    return {"store": str(path), **r}
 
-            def reward(out):
-                from robot_rl.data import EpisodeStore
-                from robot_rl.reward.model import CHECKPOINT_DIR, RewardSpec
-                from robot_rl.reward.episodes import load_episodes
-                from robot_rl.reward.train import train_reward
-                from robot_rl.common.run_log import RunLog
+                def reward(out):
+                    from robot_rl.data import EpisodeStore
+                    from robot_rl.reward.model import CHECKPOINT_DIR, RewardSpec
+                    from robot_rl.reward.episodes import load_episodes
+                    from robot_rl.reward.train import train_reward
+                    from robot_rl.common.run_log import RunLog
 
-                stores = [EpisodeStore.open(demos_path), EpisodeStore.open(run_dir / "rollouts" / "episodes.zarr")]
-                data = load_episodes(stores, RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims)))
-                log = RunLog(out)
-                _, m = train_reward(out, reward_cfg, data, RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims)),
-                                    log, bar)
-                write_metrics(out, {"task": env_cfg.task, **m, "history": log.history_json()})
-                log.close()
-                for st in stores:
-                    st.close()
-                p, c = m["progress"], m["classifier"]
-                return {"reward_model": str(out / CHECKPOINT_DIR), "progress_spearman": p["spearman"],
-                        "classifier_auroc": c["auroc"], "classifier_fpr": c["fpr"], "classifier_tpr": c["tpr"],
-                        "threshold": c["threshold"], "test_episodes": m["splits"]["test"]["episodes"]}
+                    stores = [EpisodeStore.open(demos_path), EpisodeStore.open(run_dir / "rollouts" / "episodes.zarr")]
+                    data = load_episodes(stores, RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims)))
+                    log = RunLog(out)
+                    spec = RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims))
+                    _, m = train_reward(out, reward_cfg, data, spec, log, bar)
+                    write_metrics(out, {"task": env_cfg.task, **m, "history": log.history_json()})
+                    log.close()
+                    for st in stores:
+                        st.close()
+                    p, c = m["progress"], m["classifier"]
+                    return {"reward_model": str(out / CHECKPOINT_DIR), "progress_spearman": p["spearman"],
+                            "classifier_auroc": c["auroc"], "classifier_fpr": c["fpr"], "classifier_tpr": c["tpr"],
+                            "threshold": c["threshold"], "test_episodes": m["splits"]["test"]["episodes"]}
 
-            def residual(out):
-                from policies import load_policy
-                from robot_rl.rl.train import ResidualWorkspace, write_results
-                from robot_rl.common.run_log import RunLog
+                def residual(out):
+                    from policies import load_policy
+                    from robot_rl.rl.train import ResidualWorkspace, write_results
+                    from robot_rl.common.run_log import RunLog
 
-                store = open_store(str(demos_path), env_cfg, env.obs_dims)
-                ws = ResidualWorkspace(out, rl_cfg, env, load_policy(run_dir / "bc" / "policy"), demo_store=store)
-                log = RunLog(out)
-                result = run_with_budget_bar(ws, log, bar, "residual RL")
-                write_results(out, log, result, {"task": env_cfg.task, "base": str(run_dir / "bc" / "policy"),
-                                                 "demos": str(demos_path)})
-                log.close()
-                store.close()
-                summary_ = {"policy": str(out / "policy"), "env_steps": result["env_steps"],
-                            "updates": result["updates"], "train_time_s": result["train_time_s"],
-                            "reward": rl_cfg.reward, "interventions": rl_cfg.interventions}
-                if ws.hil is not None:
-                    summary_.update(human_fraction=ws.hil.fraction, human_steps=ws.hil.total_intervention_steps)
-                return summary_
+                    store = open_store(str(demos_path), env_cfg, env.obs_dims)
+                    ws = ResidualWorkspace(out, rl_cfg, env, load_policy(run_dir / "bc" / "policy"), demo_store=store)
+                    log = RunLog(out)
+                    result = run_with_budget_bar(ws, log, bar, "residual RL")
+                    write_results(out, log, result, {"task": env_cfg.task, "base": str(run_dir / "bc" / "policy"),
+                                                     "demos": str(demos_path)})
+                    log.close()
+                    store.close()
+                    summary_ = {"policy": str(out / "policy"), "env_steps": result["env_steps"],
+                                "updates": result["updates"], "train_time_s": result["train_time_s"],
+                                "reward": rl_cfg.reward, "interventions": rl_cfg.interventions}
+                    if ws.hil is not None:
+                        summary_.update(human_fraction=ws.hil.fraction, human_steps=ws.hil.total_intervention_steps)
+                    return summary_
 
-            def eval_residual(out):
-                from policies import load_policy
+                def eval_residual(out):
+                    from policies import load_policy
 
-                policy = load_policy(run_dir / "residual" / "policy")
-                return summary(evaluate(policy, "BC + residual", out, videos=int(cfg.videos)))
+                    policy = load_policy(run_dir / "residual" / "policy")
+                    return summary(evaluate(policy, "BC + residual", out, videos=int(cfg.videos)))
 
-            def deploy(out):
-                from robot_rl.dry_run import dry_run
+                def deploy(out):
+                    from robot_rl.dry_run import dry_run
 
-                task = bar.add_task("deploy: dry run over DDS (episodes)", total=int(cfg.deploy_episodes))
-                return dry_run(out, run_dir / "residual" / "policy", env_cfg.task, int(cfg.deploy_episodes),
-                               seed=int(cfg.eval_seed), progress=lambda n: bar.advance(task, n))
+                    task = bar.add_task("deploy: dry run over DDS (episodes)", total=int(cfg.deploy_episodes))
+                    return dry_run(out, run_dir / "residual" / "policy", env_cfg.task, int(cfg.deploy_episodes),
+                                   seed=int(cfg.eval_seed), progress=lambda n: bar.advance(task, n))
 
-            pipe = Pipeline(run_dir, force=bool(cfg.force))
-            for name, fn in (("expert", expert), ("demos", demos), ("bc", bc), ("eval_bc", eval_bc),
-                             ("rollouts", rollouts), ("reward", reward), ("residual", residual),
-                             ("eval_residual", eval_residual), ("deploy", deploy)):
-                if name in stages:
-                    pipe.stage(name, fn)
-    except StageFailed as e:
-        fail(str(e))
-    finally:
-        env.close()
-    from robot_rl.report import write_report
+                pipe = Pipeline(run_dir, force=bool(cfg.force))
+                for name, fn in (("expert", expert), ("demos", demos), ("bc", bc), ("eval_bc", eval_bc),
+                                 ("rollouts", rollouts), ("reward", reward), ("residual", residual),
+                                 ("eval_residual", eval_residual), ("deploy", deploy)):
+                    if name in stages:
+                        pipe.stage(name, fn)
+        except StageFailed as e:
+            fail(str(e))
+        finally:
+            env.close()
+        from robot_rl.report import write_report
 
-    wall = time.perf_counter() - t0
-    report, _ = write_report(run_dir, pipe.results, title=f"robot_rl quickstart: {env_cfg.task}",
-                             meta={"task": env_cfg.task, "backend": env_cfg.backend, "wall time (s)": wall})
-    _print(pipe.results, env_cfg, wall, run_dir)
-    print(f"report: {report}")
+        wall = time.perf_counter() - t0
+        report, _ = write_report(run_dir, pipe.results, title=f"robot_rl quickstart: {env_cfg.task}",
+                                 meta={"task": env_cfg.task, "backend": env_cfg.backend, "wall time (s)": wall})
+        _print(pipe.results, env_cfg, wall, run_dir)
+        print(f"report: {report}")
 
 
 def summary(m: dict) -> dict:

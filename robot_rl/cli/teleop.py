@@ -19,11 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from robot_rl.common.config import from_mapping
-from robot_rl.common.cli import fail, whole
+from robot_rl.common.cli import fail, hydra_command, whole
 from robot_rl.cli.common import env_config, make_env, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
@@ -88,7 +87,7 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) or sys.platform == "darwin"
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="teleop")
+@hydra_command("teleop")
 def main(cfg: DictConfig) -> None:
     from robot_rl.data.episode_store import EpisodeStore, check_is_store
     from robot_rl.data.errors import StoreError

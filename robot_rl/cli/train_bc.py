@@ -13,12 +13,11 @@ import dataclasses
 import time
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from robot_rl.common.config import from_mapping
-from robot_rl.common.cli import fail, progress_bar, whole
-from robot_rl.cli.common import env_config, make_env, resume_or_fail, set_torch_threads
+from robot_rl.common.cli import fail, hydra_command, progress_bar, whole
+from robot_rl.cli.common import env_config, hold_run_dir, make_env, resume_or_fail, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config
 
 
@@ -42,64 +41,22 @@ def policy_config(node):
 
 
 def bc_config(node, env_cfg, data, where: str = ""):
-    """Validated BCConfig from a node holding its fields (`where` prefixes key names in errors)."""
+    """Validated BCConfig from a node holding its fields (`where` prefixes key names in errors): types by
+    from_mapping, ranges by BCConfig itself; `videos` against the env here."""
+    from robot_rl.common.config import ConfigError
     from robot_rl.train_bc import BCConfig
 
     fields = {f.name for f in dataclasses.fields(BCConfig)} - {"data"}
     values = {k: node[k] for k in fields if k in node}
-    values = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in values.items()}
-    for k in ("steps", "batch_size", "log_every", "ckpt_every", "keep_checkpoints", "eval_episodes"):
-        whole(where + k, values[k], 1)
-    for k in ("warmup_steps", "eval_every", "videos", "seed", "eval_seed"):
-        whole(where + k, values[k], 0)
-    if values["videos"] > env_cfg.num_envs:
-        fail(f"{where}videos={values['videos']} must be <= env.num_envs={env_cfg.num_envs}")
-    for k in ("lr", "grad_clip"):
-        if not (isinstance(values[k], (int, float)) and values[k] > 0):
-            fail(f"{where}{k}={values[k]!r} must be a number > 0")
-    if not isinstance(values.get("final_eval", True), bool):
-        fail(f"{where}final_eval={values['final_eval']!r} must be true or false")
-    if not isinstance(values.get("skip_damaged", False), bool):
-        fail(f"{where}skip_damaged={values['skip_damaged']!r} must be true or false")
-    if OmegaConf.is_config(data):
-        data = OmegaConf.to_container(data, resolve=True)
-    if isinstance(data, list) and len(data) == 1:
-        data = data[0]
-    if not (isinstance(data, str) and data) and not (
-            isinstance(data, list) and data and all(isinstance(p, str) and p for p in data)):
-        fail("data=PATH (or data=[PATH1,PATH2] to mix stores) must name episode stores (robot-rl-collect out=PATH "
-             "and robot-rl-teleop out=PATH write them)")
-    _check_mixing(values, data, where)
-    return BCConfig(data=data, **values)
-
-
-def _check_mixing(values: dict, data, where: str) -> None:
-    from robot_rl.data.episode_store import SOURCES
-
-    n = len(data) if isinstance(data, list) else 1
-    dw = values.get("data_weights")
-    if dw is not None:
-        if not (isinstance(dw, list) and len(dw) == n and all(_num(x) and x >= 0 for x in dw) and sum(dw) > 0):
-            fail(f"{where}data_weights={dw!r} must list {n} number(s) >= 0 (one per store in data, not all 0), "
-                 "or be null to draw in proportion to each store's windows")
-    sw = values.get("source_weights")
-    if sw is not None:
-        if not isinstance(sw, dict) or any(k not in SOURCES or not (_num(v) and v >= 0) for k, v in sw.items()):
-            fail(f"{where}source_weights={sw!r} must map episode sources ({', '.join(SOURCES)}) to numbers >= 0")
-    for k in ("intervention_weight", "autonomous_weight"):
-        if not (_num(values.get(k, 1.0)) and values.get(k, 1.0) >= 0):
-            fail(f"{where}{k}={values.get(k)!r} must be a number >= 0")
-    init = values.get("init")
-    if init is not None and not (isinstance(init, str) and init):
-        fail(f"{where}init={init!r} must be a policy checkpoint directory (or null to train from scratch)")
-    from robot_rl.data.sampler import MODES
-
-    if values.get("data_mode", "memory") not in MODES:
-        fail(f"{where}data_mode={values.get('data_mode')!r}; valid: {', '.join(MODES)}")
-
-
-def _num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    try:
+        bc = from_mapping(BCConfig, {**values, "data": data}, where.rstrip("."))
+    except ConfigError as e:
+        fail(str(e))
+    except ValueError as e:  # BCConfig.__post_init__: its message starts with the key
+        fail(where + str(e))
+    if bc.videos > env_cfg.num_envs:
+        fail(f"{where}videos={bc.videos} must be <= env.num_envs={env_cfg.num_envs}")
+    return bc
 
 
 def _configs(cfg: DictConfig):
@@ -165,7 +122,7 @@ def check_same_images(stores, paths, cameras) -> None:
             fail(f"the stores hold {k} at different sizes {sizes}; record them at one size (env.image_size)")
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="train_bc")
+@hydra_command("train_bc")
 def main(cfg: DictConfig) -> None:
     env_cfg, policy_cfg, bc_cfg = _configs(cfg)
     set_torch_threads(int(cfg.torch_threads))
@@ -188,24 +145,25 @@ def main(cfg: DictConfig) -> None:
         except (CheckpointError, SpecMismatch, ValueError, ImportError, StoreError) as e:
             fail(str(e))  # init checkpoint, weightless store, a policy the eval env cannot feed, missing extra, a
             # chunk damaged since the store was opened
-        resumed = resume_or_fail(ws)
-        write_config(run_dir, cfg)
-        log = RunLog(run_dir, resume_step=ws.step if resumed else None)
-        resumed_from = ws.step if resumed else None
-        if resumed:
-            print(f"resuming {run_dir} from step {ws.step}")
-        t0 = time.perf_counter()
-        try:
-            with progress_bar() as bar:
-                result = ws.run(log, bar)
-        except (FloatingPointError, StoreError) as e:  # StoreError: a chunk a lazy batch reads is damaged
-            fail(str(e))
-        write_results(run_dir, log, result, {
-            "task": env_cfg.task, "data": str(Path(bc_cfg.data)) if isinstance(bc_cfg.data, str) else bc_cfg.data,
-            "episodes": sum(len(s.good_episodes) for s in stores), "windows": len(ws.sampler), "resumed_from": resumed_from,
-            "wall_time_s": time.perf_counter() - t0, "init": bc_cfg.init, "mixture": ws.mixture,
-        })
-        log.close()
+        with hold_run_dir(run_dir):  # one training per run dir; the resume check first, then any write
+            resumed = resume_or_fail(ws)
+            write_config(run_dir, cfg)
+            log = RunLog(run_dir, resume_step=ws.step if resumed else None)
+            resumed_from = ws.step if resumed else None
+            if resumed:
+                print(f"resuming {run_dir} from step {ws.step}")
+            t0 = time.perf_counter()
+            try:
+                with progress_bar() as bar:
+                    result = ws.run(log, bar)
+            except (FloatingPointError, StoreError) as e:  # StoreError: a chunk a lazy batch reads is damaged
+                fail(str(e))
+            write_results(run_dir, log, result, {
+                "task": env_cfg.task, "data": str(Path(bc_cfg.data)) if isinstance(bc_cfg.data, str) else bc_cfg.data,
+                "episodes": sum(len(s.good_episodes) for s in stores), "windows": len(ws.sampler), "resumed_from": resumed_from,
+                "wall_time_s": time.perf_counter() - t0, "init": bc_cfg.init, "mixture": ws.mixture,
+            })
+            log.close()
         for s in stores:
             s.close()
     finally:

@@ -19,12 +19,11 @@ import dataclasses
 import time
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from robot_rl.common.config import from_mapping
-from robot_rl.common.cli import fail, progress_bar, warn, whole
-from robot_rl.cli.common import env_config, load_checkpoint, make_env, resume_or_fail, set_torch_threads
+from robot_rl.common.cli import fail, hydra_command, progress_bar, warn, whole
+from robot_rl.cli.common import env_config, hold_run_dir, load_checkpoint, make_env, resume_or_fail, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 MODES = ("residual", "scratch", "base")
@@ -124,7 +123,7 @@ def _evaluate_base(run_dir: Path, env_cfg, eval_env, base, rl, cfg, t0: float) -
     return m
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="train_residual")
+@hydra_command("train_residual")
 def main(cfg: DictConfig) -> None:
     env_cfg, rl, eval_env_cfg, dist = _configs(cfg)
     set_torch_threads(int(cfg.torch_threads))
@@ -144,8 +143,9 @@ def main(cfg: DictConfig) -> None:
     try:
         base = None if cfg.mode == "scratch" else load_checkpoint(cfg.base, env, str(cfg.device))
         if cfg.mode == "base":
-            write_config(run_dir, cfg)
-            m = _evaluate_base(run_dir, env_cfg, eval_env, base, rl, cfg, t0)
+            with hold_run_dir(run_dir):
+                write_config(run_dir, cfg)
+                m = _evaluate_base(run_dir, env_cfg, eval_env, base, rl, cfg, t0)
             lo, hi = m["success_ci95"]
             print(f"{env_cfg.task}: base alone success {m['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over "
                   f"{m['episodes']} episodes")
@@ -185,30 +185,31 @@ def main(cfg: DictConfig) -> None:
             if msg:
                 warn(msg)
                 warnings.append(msg)
-        resumed = resume_or_fail(ws)
-        write_config(run_dir, cfg)
-        log = RunLog(run_dir, resume_step=ws.env_steps if resumed else None)
-        extra = {"mode": cfg.mode, "task": env_cfg.task, "base": cfg.base, "demos": cfg.demos,
-                 "num_envs": env_cfg.num_envs, "resumed_from": ws.env_steps if resumed else None,
-                 "warnings": warnings}
-        if resumed:
-            print(f"resuming {run_dir} from env step {ws.env_steps}")
-        elif base is not None:  # s0 of this run, on the same evaluation episodes as the residual's
-            episodes = rl.final_eval_episodes or rl.eval_episodes
-            with progress_bar() as bar:
-                task = bar.add_task(f"base alone {env_cfg.task}", total=episodes)
-                m0 = evaluate_policy(eval_env, base, episodes, seed=rl.eval_seed,
-                                     progress=lambda n: bar.advance(task, n))
-            log.scalar("eval/base_success_rate", m0["success_rate"], 0)
-            extra["base_eval"] = {k: v for k, v in m0.items() if k != "episode_ids"}
-            print(f"base alone: success {m0['success_rate']:.3f} over {m0['episodes']} episodes")
-        try:
-            with progress_bar() as bar:
-                result = run_with_budget_bar(ws, log, bar, f"{cfg.mode} RL {env_cfg.task}")
-        except stops as e:
-            fail(str(e))
-        write_results(run_dir, log, result, {**extra, "wall_time_s": time.perf_counter() - t0})
-        log.close()
+        with hold_run_dir(run_dir):  # one training per run dir; the resume check first, then any write
+            resumed = resume_or_fail(ws)
+            write_config(run_dir, cfg)
+            log = RunLog(run_dir, resume_step=ws.env_steps if resumed else None)
+            extra = {"mode": cfg.mode, "task": env_cfg.task, "base": cfg.base, "demos": cfg.demos,
+                     "num_envs": env_cfg.num_envs, "resumed_from": ws.env_steps if resumed else None,
+                     "warnings": warnings}
+            if resumed:
+                print(f"resuming {run_dir} from env step {ws.env_steps}")
+            elif base is not None:  # s0 of this run, on the same evaluation episodes as the residual's
+                episodes = rl.final_eval_episodes or rl.eval_episodes
+                with progress_bar() as bar:
+                    task = bar.add_task(f"base alone {env_cfg.task}", total=episodes)
+                    m0 = evaluate_policy(eval_env, base, episodes, seed=rl.eval_seed,
+                                         progress=lambda n: bar.advance(task, n))
+                log.scalar("eval/base_success_rate", m0["success_rate"], 0)
+                extra["base_eval"] = {k: v for k, v in m0.items() if k != "episode_ids"}
+                print(f"base alone: success {m0['success_rate']:.3f} over {m0['episodes']} episodes")
+            try:
+                with progress_bar() as bar:
+                    result = run_with_budget_bar(ws, log, bar, f"{cfg.mode} RL {env_cfg.task}")
+            except stops as e:
+                fail(str(e))
+            write_results(run_dir, log, result, {**extra, "wall_time_s": time.perf_counter() - t0})
+            log.close()
     finally:
         if store is not None:
             store.close()

@@ -15,12 +15,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import hydra
 from omegaconf import DictConfig
 
-from robot_rl.common.cli import fail, or_fail, progress_bar, whole
+from robot_rl.common.cli import fail, hydra_command, or_fail, progress_bar, whole
 from robot_rl.common.config import from_mapping
-from robot_rl.cli.common import env_config, make_env, set_torch_threads
+from robot_rl.cli.common import env_config, hold_run_dir, make_env, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 def _configs(cfg: DictConfig):
@@ -75,7 +74,7 @@ def build_spec(task: str, obs_dims: dict[str, int], task_obj, stores, state, cam
                       instruction=reads_text)
 
 
-@hydra.main(version_base=None, config_path="pkg://configs", config_name="train_reward")
+@hydra_command("train_reward")
 def main(cfg: DictConfig) -> None:
     env_cfg, train_cfg = _configs(cfg)
     state, cameras, instruction = train_cfg.inputs.state, list(train_cfg.inputs.cameras), train_cfg.inputs.instruction
@@ -104,25 +103,26 @@ def main(cfg: DictConfig) -> None:
         except (ImportError, ValueError) as e:
             fail(f"inputs.instruction: {e}")
     run_dir = current_run_dir()
-    write_config(run_dir, cfg)
-    log = RunLog(run_dir)
-    t0 = time.perf_counter()
-    info = {"data": str(cfg.data), "rollouts": None if cfg.rollouts is None else str(cfg.rollouts),
-            "steps_per_network": train_cfg.steps, "batch_size": train_cfg.batch_size,
-            "rollout_policies": rollout_policies(stores)}  # whose failures it saw (residual RL checks its base)
-    try:
-        with progress_bar() as bar:
-            model, metrics = train_reward(run_dir, train_cfg, data, spec, log, bar, info=info)
-    except (RewardDataError, FloatingPointError) as e:
+    with hold_run_dir(run_dir):  # one training per run dir
+        write_config(run_dir, cfg)
+        log = RunLog(run_dir)
+        t0 = time.perf_counter()
+        info = {"data": str(cfg.data), "rollouts": None if cfg.rollouts is None else str(cfg.rollouts),
+                "steps_per_network": train_cfg.steps, "batch_size": train_cfg.batch_size,
+                "rollout_policies": rollout_policies(stores)}  # whose failures it saw (residual RL checks its base)
+        try:
+            with progress_bar() as bar:
+                model, metrics = train_reward(run_dir, train_cfg, data, spec, log, bar, info=info)
+        except (RewardDataError, FloatingPointError) as e:
+            log.close()
+            fail(str(e))
+        n_ok = int(data.success.sum())
+        write_metrics(run_dir, {
+            "task": env_cfg.task, **info, "episodes": data.n_episodes, "successful_episodes": n_ok,
+            "failed_episodes": data.n_episodes - n_ok, "steps": int(data.ends[-1]), **metrics,
+            "wall_time_s": time.perf_counter() - t0, "history": log.history_json(),
+        })
         log.close()
-        fail(str(e))
-    n_ok = int(data.success.sum())
-    write_metrics(run_dir, {
-        "task": env_cfg.task, **info, "episodes": data.n_episodes, "successful_episodes": n_ok,
-        "failed_episodes": data.n_episodes - n_ok, "steps": int(data.ends[-1]), **metrics,
-        "wall_time_s": time.perf_counter() - t0, "history": log.history_json(),
-    })
-    log.close()
     p, c = metrics["progress"], metrics["classifier"]
     sp = "n/a (no ground-truth progress in the stores)" if p["spearman"] is None else f"{p['spearman']:.3f}"
     print(f"{env_cfg.task}: held-out Spearman(Phi, true progress) {sp}; classifier AUROC {c['auroc']:.3f}, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -140,7 +141,6 @@ def differing(a: dict, b: dict, prefix: str = "") -> list[str]:
 def save_training(ckpt_dir: Path, step: int, policy, tensors: dict, train: dict, keep: int, width: int = 7) -> Path:
     """Write checkpoints/step_<step>/ (the policy plus its training state `train`), point latest.json at it,
     and keep the newest `keep` step checkpoints."""
-    import json
     from robot_rl.common.atomic import atomic_write_text
 
     ckpt_dir = Path(ckpt_dir)
@@ -153,23 +153,85 @@ def save_training(ckpt_dir: Path, step: int, policy, tensors: dict, train: dict,
     return path
 
 
-def load_training(ckpt_dir: Path, resume_config: dict) -> tuple[dict, dict] | None:
-    """(tensors, train state) of checkpoints/latest.json, None when there is nothing to resume; refuses a
-    checkpoint trained with a different `resume_config`, naming the keys."""
-    import json
+class TrainingState(dict):
+    """A checkpoint's training state (JSON); an entry it lacks is a CheckpointError naming the file, not a KeyError."""
 
-    latest = Path(ckpt_dir) / "latest.json"
+    def __init__(self, state: dict, path: Path):
+        super().__init__(state)
+        self.path = path
+
+    def __missing__(self, key):
+        raise CheckpointError(f"checkpoint {self.path / CONFIG} holds no {key!r} in its training state; it is "
+                              "incomplete or was written by another trainer: start a new run directory")
+
+
+class _Tensors(dict):
+    def __init__(self, tensors: dict, path: Path):
+        super().__init__(tensors)
+        self.path = path
+
+    def __missing__(self, key):
+        raise CheckpointError(f"checkpoint {self.path / TENSORS} lacks tensor {key!r} of its training state; it is "
+                              "incomplete: start a new run directory")
+
+
+def remove_leftovers(ckpt_dir: Path) -> list[str]:
+    """Delete what an interrupted save left in ckpt_dir (.step_<N>.*.tmp directories, .step_<N>.old-<pid> ones,
+    .latest.json.*.tmp files); the names removed. Call it only while holding the run directory."""
+    ckpt_dir = Path(ckpt_dir)
+    removed = []
+    if not ckpt_dir.is_dir():
+        return removed
+    for p in ckpt_dir.iterdir():
+        if p.name.startswith(".") and (p.name.endswith(".tmp") or ".old-" in p.name):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p.name)
+    return sorted(removed)
+
+
+def latest_path(ckpt_dir: Path) -> Path | None:
+    """The checkpoint directory checkpoints/latest.json names (None: no latest.json). CheckpointError when the file
+    is not what save_training writes, or names anything but a step_<N> directory inside ckpt_dir."""
+    ckpt_dir = Path(ckpt_dir)
+    latest = ckpt_dir / "latest.json"
     if not latest.is_file():
         return None
-    path = Path(ckpt_dir) / json.loads(latest.read_text())["path"]
+    want = 'expected {"step": N, "path": "step_<N>"}'
+    try:
+        found = json.loads(latest.read_text())
+        name = found["path"]
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{latest} is corrupted ({want}; {type(e).__name__}); point it at one of the step_<N> "
+                              f"directories in {ckpt_dir}, or start a new run directory") from None
+    if not (isinstance(name, str) and re.fullmatch(r"step_\d+", name)
+            and (ckpt_dir / name).resolve().parent == ckpt_dir.resolve()):  # nor a link out of it
+        raise CheckpointError(f"{latest} names {name!r}; it may only name a step_<N> directory inside {ckpt_dir} "
+                              f"({want})")
+    return ckpt_dir / name
+
+
+def load_training(ckpt_dir: Path, resume_config: dict) -> tuple[dict, dict] | None:
+    """(tensors, train state) of checkpoints/latest.json, None when there is nothing to resume; refuses a
+    checkpoint trained with a different `resume_config`, naming the keys. Removes an interrupted save's temp files
+    first (the caller holds the run directory). A missing entry of either is a CheckpointError."""
+    remove_leftovers(ckpt_dir)
+    path = latest_path(ckpt_dir)
+    if path is None:
+        return None
     tensors, cfg = load(path)
     train = cfg.get("train")
-    if train is None:
+    if not isinstance(train, dict):
         raise CheckpointError(f"{path} holds no training state; it cannot be resumed")
+    train = TrainingState(train, path)
+    if not isinstance(train["config"], dict):
+        raise CheckpointError(f"checkpoint {path / CONFIG}: its training state's config is not a mapping")
     diff = differing(train["config"], resume_config)
     if diff:
         raise ResumeMismatch(
             f"cannot resume {path}: it was trained with a different config for {', '.join(diff)}; "
             "start a new run directory or restore those values"
         )
-    return tensors, train
+    return _Tensors(tensors, path), train

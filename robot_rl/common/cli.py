@@ -7,6 +7,7 @@ A command calls `fail("...")` for a bad value and `warn("...")` for something th
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Callable, NoReturn, TypeVar
@@ -61,3 +62,109 @@ def or_fail(fn: Callable[..., T], *args, errors: tuple[type[BaseException], ...]
         return fn(*args, **kwargs)
     except errors as e:
         fail(str(e))
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for a console script whose usage errors are one line + exit 2 like every other bad input (argparse's
+    own prints the usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} ({self.prog} -h shows the usage)")
+
+
+def hydra_command(config_name: str) -> Callable[[Callable], Callable[[], None]]:
+    """@hydra.main(config_name=...) over the pkg://configs tree, with every bad command line as one line + exit 2:
+    Hydra's own errors (an unknown group option such as task=nope, a key not in the config, an override that does
+    not parse), a mandatory value left unset (policy=???), and a top-level key added with `+key=value` (Hydra
+    accepts it; no command reads it). Errors raised inside the command are reported as before."""
+    import functools
+
+    def decorate(task: Callable) -> Callable[[], None]:
+        import hydra
+
+        saved: dict = {}
+
+        def restore_full_error() -> None:
+            if "old" in saved:
+                old = saved.pop("old")
+                if old is None:
+                    os.environ.pop("HYDRA_FULL_ERROR", None)
+                else:
+                    os.environ["HYDRA_FULL_ERROR"] = old
+
+        def run(cfg):
+            saved["started"] = True
+            restore_full_error()  # an error inside the command: Hydra's usual report, as before
+            _reject_added_keys(cfg)
+            from omegaconf.errors import MissingMandatoryValue
+
+            try:
+                return task(cfg)
+            except MissingMandatoryValue as e:
+                key = getattr(e, "full_key", None) or "a key"
+                fail(f"{key}=??? has no value; give one on the command line ({key}=...)")
+
+        hydra_main = hydra.main(version_base=None, config_path="pkg://configs", config_name=config_name)(run)
+
+        @functools.wraps(task)
+        def main(cfg=None):
+            if cfg is not None:  # called with a composed config
+                return task(cfg)
+            from hydra.errors import HydraException
+            from omegaconf.errors import OmegaConfBaseException
+
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's full tracebacks
+                return hydra_main()
+            saved.update(started=False, old=os.environ.get("HYDRA_FULL_ERROR"))
+            os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its composition errors instead of printing them
+            try:
+                return hydra_main()
+            except (HydraException, OmegaConfBaseException) as e:
+                if saved["started"]:
+                    raise
+                fail(hydra_error_line(e))
+            finally:
+                restore_full_error()
+
+        return main
+
+    return decorate
+
+
+def hydra_error_line(e: BaseException) -> str:
+    """One line of a Hydra / OmegaConf composition error: what was wrong and, where Hydra lists them, the options."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = e.__cause__
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and "not in struct" in str(cause):
+        key = getattr(cause, "full_key", None) or "?"
+        return (f"unknown key '{key}': {command_name()} has no such setting (check the spelling; "
+                f"`{command_name()} --cfg job` prints every key)")
+    if isinstance(e, MissingConfigException) and e.options is not None and e.missing_cfg_file:
+        group, _, name = e.missing_cfg_file.rpartition("/")
+        return f"{group}={name}: no such option; valid: {', '.join(sorted(e.options))}"
+    if isinstance(e, OverrideParseException):
+        return f"cannot parse the override {e.override!r}: {e.message.splitlines()[0]}"
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    lines = lines[: next((i for i, ln in enumerate(lines) if ln.startswith("Config search path")), len(lines))]
+    if cause is not None and str(cause).strip():
+        lines.append(str(cause).strip().splitlines()[0])
+    return "; ".join(lines) or type(e).__name__
+
+
+def _reject_added_keys(cfg) -> None:
+    """A `+key=value` at the top level adds a key no command reads (usually a typo of a real key): refuse it.
+    `+group=option` (a config group) and keys added inside nested nodes (+env.task_config.x=...) stay allowed:
+    nested nodes are checked by their config dataclasses."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    hc = HydraConfig.get()
+    groups = set(hc.runtime.choices)
+    for o in OverridesParser.create().parse_overrides(list(hc.overrides.task)):
+        key = o.key_or_group
+        if o.is_add() and "." not in key and "/" not in key and key not in groups:
+            valid = sorted(k for k in cfg if k != key)
+            fail(f"unknown key '{key}' ({o.input_line} adds a setting {command_name()} does not read); "
+                 f"valid keys: {', '.join(valid)}")

@@ -5,13 +5,14 @@
     log.plot(run_dir / "curves.png", ["train/loss", "eval/success_rate"])
     log.close()
 
-The history survives a resume: it is reloaded from metrics.json and points past the resumed step are
-dropped, so curves and TensorBoard show one continuous run.
+The history survives a resume, a killed run's included: every point is on disk in the TensorBoard events once
+scalars() returns (float64, flushed), a resumed RunLog rebuilds the history from them as TensorBoard shows it
+(`read_events`) and drops the points past the resumed step, so metrics.json, curves.png and TensorBoard show one
+continuous run.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -25,21 +26,24 @@ class RunLog:
 
         self.run_dir = Path(run_dir)
         self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        metrics = self.run_dir / "metrics.json"
-        if resume_step is not None and metrics.is_file():
-            old = json.loads(metrics.read_text()).get("history", {})
-            for tag, points in old.items():
-                self.history[tag] = [(int(s), float(v)) for s, v in points if s <= resume_step]
+        if resume_step is not None:
+            for tag, points in read_events(self.run_dir / "tb").items():
+                self.history[tag] = [(s, v) for s, v in points if s <= resume_step]
         self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step + 1 if resume_step is not None else None)
 
-    def scalar(self, tag: str, value: float, step: int) -> None:
+    def _add(self, tag: str, value: float, step: int) -> None:
         value = float(value)
-        self.tb.add_scalar(tag, value, step)
+        self.tb.add_scalar(tag, value, step, new_style=True, double_precision=True)  # exact on a resume
         self.history[tag].append((int(step), value))
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        self._add(tag, value, step)
+        self.tb.flush()
 
     def scalars(self, values: dict, step: int, prefix: str = "") -> None:
         for k, v in values.items():
-            self.scalar(prefix + k, v, step)
+            self._add(prefix + k, v, step)
+        self.tb.flush()  # in the events file now: a killed run loses none of it
 
     def last(self, tag: str, default=None):
         points = self.history.get(tag)
@@ -77,3 +81,28 @@ class RunLog:
     def close(self) -> None:
         self.tb.flush()
         self.tb.close()
+
+
+def read_events(tb_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """Scalar history {tag: [(step, value)]} of a TensorBoard directory as TensorBoard shows it: event files in the
+    order they were written, a file started with purge_step=N (a resumed run) dropping earlier points at steps >= N.
+    A torn last record (a killed writer) is skipped."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
+
+    files = []
+    for f in Path(tb_dir).glob("events.out.tfevents.*"):
+        events = list(EventFileLoader(str(f)).Load())
+        if events:
+            files.append((events[0].wall_time, f.name, events))
+    history: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for _, _, events in sorted(files, key=lambda x: x[:2]):
+        for ev in events:
+            if ev.HasField("session_log") and ev.session_log.status == SessionLog.START:
+                for tag in history:
+                    history[tag] = [(s, v) for s, v in history[tag] if s < ev.step]
+            for v in ev.summary.value:
+                t = v.tensor
+                value = t.double_val[0] if t.double_val else t.float_val[0] if t.float_val else v.simple_value
+                history[v.tag].append((int(ev.step), float(value)))
+    return dict(history)
