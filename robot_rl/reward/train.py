@@ -133,6 +133,7 @@ class RewardTrainConfig:
         for name, ok, rule in checks:
             if not ok:
                 value = getattr(self, name, self.val_fraction + self.test_fraction)
+                value = list(value) if isinstance(value, tuple) else value
                 raise ValueError(f"{name}={value!r} must be {rule}")
 
     def resolved(self, images: bool) -> "RewardTrainConfig":
