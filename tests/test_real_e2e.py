@@ -102,9 +102,15 @@ def test_driver_and_node_processes_complete_lift_episodes_over_dds(tmp_path):
         assert abs((b - a) - (d - c)) <= 2
         ee_rec = store.read("obs/proprio", a, a + n)[:, 15:18]
         ee_imp = imp.read("obs/proprio", c, c + n)[:, 15:18]
-        # Same trajectory, sampled up to a tick apart (10 ms); 2 cm leaves room for ticks stretched by a loaded
-        # machine (1.009 cm seen under load average 4) and still catches a mispaired or foreign trajectory.
-        assert np.mean(np.linalg.norm(ee_rec - ee_imp, axis=1)) < 0.02
+        # Same trajectory. The import resamples from the start event, the node's first policy step comes up to a
+        # step later (the event's arrival, the first chunk), so the two may be one step out of phase: the best of
+        # shifts -1..1 is compared, within 1.5 cm. Measured 0.27-0.56 cm (unaligned: 1.2-2.0 cm, the phase); a mispaired or
+        # foreign trajectory is several cm off at every shift.
+        def gap(k: int) -> float:
+            x, y = (ee_rec[k:], ee_imp[:n - k]) if k >= 0 else (ee_rec[:n + k], ee_imp[-k:])
+            return float(np.mean(np.linalg.norm(x - y, axis=1)))
+
+        assert min(gap(k) for k in (-1, 0, 1)) < 0.015, [gap(k) for k in (-1, 0, 1)]
         grip_rec = store.read("action", a, a + n)[:, -1] > 0
         grip_imp = imp.read("action", c, c + n)[:, -1] > 0
         assert np.mean(grip_rec == grip_imp) > 0.8
