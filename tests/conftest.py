@@ -80,7 +80,7 @@ SCRIPTS = {  # console script -> module with main (pyproject.toml [project.scrip
     "robot-rl-eval": "robot_rl.cli.eval", "robot-rl-collect": "robot_rl.cli.collect",
     "robot-rl-train-bc": "robot_rl.cli.train_bc", "robot-rl-train-residual": "robot_rl.cli.train_residual",
     "robot-rl-train-reward": "robot_rl.cli.train_reward", "robot-rl-data": "robot_rl.cli.data",
-    "robot-rl-deploy": "real.cli.deploy",
+    "robot-rl-deploy": "real.cli.deploy", "robot-rl-quickstart": "robot_rl.cli.quickstart",
 }
 
 

@@ -81,18 +81,6 @@ def test_collect_keeps_the_same_episodes_as_run_episodes(tmp_path):
     assert got["episodes"] == 8 and got["mean_length"] == pytest.approx(ref["mean_length"])
 
 
-@pytest.mark.parametrize(
-    "override, needles",
-    [("episodes=0", ["episodes=0 must be a whole number >= 1"]),
-     ("expert.noise=-1", ["expert.noise=-1 must be a number >= 0"]),
-     ("backend=nope", ["unknown backend 'nope'", "mujoco"])],
-)
-def test_collect_bad_config_exits_2_with_one_line(tmp_path, override, needles):
-    proc = run_cli("robot-rl-collect", override, f"out={tmp_path / 's.zarr'}", f"hydra.run.dir={tmp_path / 'run'}")
-    assert_one_line_error(proc, *needles)
-    assert not (tmp_path / "s.zarr").exists()
-
-
 def test_collect_into_a_path_that_is_not_a_store_exits_2_naming_it(tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()

@@ -122,18 +122,6 @@ def test_a_reward_model_that_never_saw_the_bases_rollouts_is_warned_about(lift_b
     assert len(warnings) == 1 and "none from the base this run refines" in warnings[0]
 
 
-def test_bad_inputs_stop_before_training_with_one_line(lift_base, tmp_path):
-    push_base = _checkpoint("push", tmp_path / "push")
-    wrong = _train(f"base={push_base}", run=tmp_path / "wrong")
-    assert_one_line_error(wrong, "task: policy 'push', env 'lift'")
-    assert not (tmp_path / "wrong" / "checkpoints").exists() and not (tmp_path / "wrong" / "metrics.json").exists()
-
-    assert_one_line_error(_train(run=tmp_path / "nobase"), "mode=residual needs base=PATH")
-    assert_one_line_error(_train("mode=scratch", f"base={lift_base}", run=tmp_path / "both"),
-                          "mode=scratch trains without a base policy")
-    assert_one_line_error(_train(f"base={tmp_path / 'missing'}", run=tmp_path / "missing_run"), "missing")
-
-
 def test_compare_reports_the_first_evaluation_reaching_a_level(tmp_path, capsys):
     from robot_rl.rl.compare import main
 
