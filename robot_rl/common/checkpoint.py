@@ -153,26 +153,25 @@ def save_training(ckpt_dir: Path, step: int, policy, tensors: dict, train: dict,
     return path
 
 
-class TrainingState(dict):
-    """A checkpoint's training state (JSON); an entry it lacks is a CheckpointError naming the file, not a KeyError."""
+class _Entries(dict):
+    """A mapping read from a checkpoint; an entry it lacks is a CheckpointError naming the file, not a KeyError."""
 
-    def __init__(self, state: dict, path: Path):
-        super().__init__(state)
-        self.path = path
-
-    def __missing__(self, key):
-        raise CheckpointError(f"checkpoint {self.path / CONFIG} holds no {key!r} in its training state; it is "
-                              "incomplete or was written by another trainer: start a new run directory")
-
-
-class _Tensors(dict):
-    def __init__(self, tensors: dict, path: Path):
-        super().__init__(tensors)
-        self.path = path
+    def __init__(self, entries: dict, path: Path, missing: str):
+        super().__init__(entries)
+        self.path, self.missing = path, missing  # missing: the message, with {key}
 
     def __missing__(self, key):
-        raise CheckpointError(f"checkpoint {self.path / TENSORS} lacks tensor {key!r} of its training state; it is "
-                              "incomplete: start a new run directory")
+        raise CheckpointError(self.missing.format(key=repr(key)))
+
+
+def _training_state(state: dict, path: Path) -> _Entries:
+    return _Entries(state, path, f"checkpoint {path / CONFIG} holds no {{key}} in its training state; it is "
+                                 "incomplete or was written by another trainer: start a new run directory")
+
+
+def _tensors(tensors: dict, path: Path) -> _Entries:
+    return _Entries(tensors, path, f"checkpoint {path / TENSORS} lacks tensor {{key}} of its training state; it is "
+                                   "incomplete: start a new run directory")
 
 
 def remove_leftovers(ckpt_dir: Path) -> list[str]:
@@ -225,7 +224,7 @@ def load_training(ckpt_dir: Path, resume_config: dict) -> tuple[dict, dict] | No
     train = cfg.get("train")
     if not isinstance(train, dict):
         raise CheckpointError(f"{path} holds no training state; it cannot be resumed")
-    train = TrainingState(train, path)
+    train = _training_state(train, path)
     if not isinstance(train["config"], dict):
         raise CheckpointError(f"checkpoint {path / CONFIG}: its training state's config is not a mapping")
     diff = differing(train["config"], resume_config)
@@ -234,4 +233,4 @@ def load_training(ckpt_dir: Path, resume_config: dict) -> tuple[dict, dict] | No
             f"cannot resume {path}: it was trained with a different config for {', '.join(diff)}; "
             "start a new run directory or restore those values"
         )
-    return _Tensors(tensors, path), train
+    return _tensors(tensors, path), train
