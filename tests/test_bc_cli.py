@@ -12,7 +12,7 @@ import sim
 from robot_rl.data import EpisodeStore
 from robot_rl.evaluation import wilson_interval
 from robot_rl.video import read_mp4_frames
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, run_cli, run_main
 
 # A tiny policy and budget: the plumbing, not the learning, is under test here.
 TINY = ["policy.dims=[16,32]", "policy.step_embed_dim=16", "policy.pred_horizon=8", "policy.action_horizon=4",
@@ -81,7 +81,8 @@ def test_train_bc_refuses_a_store_of_another_task(lift_store, tmp_path):
     assert_one_line_error(proc, "holds task(s) ['lift']", "trains task 'push'")
 
 
-def test_train_bc_refuses_a_damaged_store_in_one_line_and_skip_damaged_trains_on_the_rest(lift_store, tmp_path):
+def test_train_bc_refuses_a_damaged_store_in_one_line_and_skip_damaged_trains_on_the_rest(lift_store, tmp_path, capsys,
+                                                                                          monkeypatch):
     from robot_rl.data.merge import merge_stores
 
     path = tmp_path / "big.zarr"  # the demos 8 times: over 1,024 steps, so obs/proprio spans two chunks
@@ -90,12 +91,16 @@ def test_train_bc_refuses_a_damaged_store_in_one_line_and_skip_damaged_trains_on
     store = EpisodeStore.open(path)
     first_damaged = int(np.searchsorted(store.episode_ends, 1024, side="right"))
     (path / "data/obs/proprio/c/1/0").unlink()  # the case: training saw zero rows and saved zero stats
-    proc = run_cli("robot-rl-train-bc", f"data={path}", "steps=2", *TINY, f"hydra.run.dir={tmp_path / 'refused'}")
-    assert_one_line_error(proc, f"{path} has {store.n_episodes - first_damaged} damaged episode(s)",
-                          "data/obs/proprio chunk c/1/0 missing", "skip_damaged=true")
-    proc = run_cli("robot-rl-train-bc", f"data={path}", "steps=2", "final_eval=false", "skip_damaged=true", *TINY,
-                   f"hydra.run.dir={tmp_path / 'skipped'}")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    code, _, err = run_main("robot-rl-train-bc", [f"data={path}", "steps=2", *TINY,
+                                                  f"hydra.run.dir={tmp_path / 'refused'}"], capsys, monkeypatch)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    for needle in (f"{path} has {store.n_episodes - first_damaged} damaged episode(s)",
+                   "data/obs/proprio chunk c/1/0 missing", "skip_damaged=true"):
+        assert needle in lines[0], (needle, lines[0])
+    code, out, err = run_main("robot-rl-train-bc", [f"data={path}", "steps=2", "final_eval=false", "skip_damaged=true",
+                                                    *TINY, f"hydra.run.dir={tmp_path / 'skipped'}"], capsys, monkeypatch)
+    assert code == 0, out + err
     metrics = json.loads((tmp_path / "skipped" / "metrics.json").read_text())
     assert metrics["episodes"] == first_damaged and metrics["windows"] == store.episode_ends[first_damaged - 1]
     assert "keys" not in json.loads((path / "meta/stats/zarr.json").read_text())["attributes"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from robot_rl.data import Episode, EpisodeStore
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, run_cli, run_main
 
 def _make_store(path: Path, n: int, dim: int = 3, task: str = "lift", source: str = "teleop", offset: int = 0) -> list[Episode]:
     eps = []
@@ -105,19 +105,25 @@ def test_collect_with_a_store_of_other_keys_exits_2_before_simulating(tmp_path):
     assert EpisodeStore.open(path).n_episodes == 2
 
 
-def test_collect_again_with_the_same_seed_is_refused_with_the_command_that_appends_new_episodes(tmp_path):
+def test_collect_again_with_the_same_seed_is_refused_with_the_command_that_appends_new_episodes(tmp_path, capsys,
+                                                                                                monkeypatch):
     """An interrupted run (here: 2 of 3 episodes recorded) re-run as is would record the same episodes again."""
     out = tmp_path / "lift.zarr"
-    first = run_cli("robot-rl-collect", "episodes=2", "env.num_envs=2", f"out={out}", f"hydra.run.dir={tmp_path / 'r1'}")
-    assert first.returncode == 0, first.stderr
-    again = run_cli("robot-rl-collect", "episodes=3", "env.num_envs=2", f"out={out}", f"hydra.run.dir={tmp_path / 'r2'}")
-    assert_one_line_error(again, f"{out} already holds 2 of the 3 episodes", "seed=0",
-                          f"robot-rl-collect episodes=1 env.num_envs=2 out={out} seed=1")
+    code, _, err = run_main("robot-rl-collect", ["episodes=2", "env.num_envs=2", f"out={out}",
+                                                 f"hydra.run.dir={tmp_path / 'r1'}"], capsys, monkeypatch)
+    assert code == 0, err
+    code, _, err = run_main("robot-rl-collect", ["episodes=3", "env.num_envs=2", f"out={out}",
+                                                 f"hydra.run.dir={tmp_path / 'r2'}"], capsys, monkeypatch)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    for needle in (f"{out} already holds 2 of the 3 episodes", "seed=0",
+                   f"robot-rl-collect episodes=1 env.num_envs=2 out={out} seed=1"):
+        assert needle in lines[0], (needle, lines[0])
     assert EpisodeStore.open(out).n_episodes == 2
-    command = again.stderr.split("under a new seed: ")[1].split()
+    command = lines[0].split("under a new seed: ")[1].split()
     assert command[0] == "robot-rl-collect"
-    resumed = run_cli(*command, f"hydra.run.dir={tmp_path / 'r3'}")
-    assert resumed.returncode == 0, resumed.stderr
+    code, _, err = run_main(command[0], [*command[1:], f"hydra.run.dir={tmp_path / 'r3'}"], capsys, monkeypatch)
+    assert code == 0, err
     store = EpisodeStore.open(out)
     assert store.episode_attr("seed").tolist() == [0, 0, 1]
     assert len({store.read("obs/object", *store.episode_range(i))[0].tobytes() for i in range(3)}) == 3  # 3 resets
