@@ -141,3 +141,11 @@ def test_reward_training_from_python_and_the_command_line_agree(compose_cfg):
     with pytest.raises(ValueError, match=r"image_encoder\.channels=\[12\] must be a list of widths >= 1, each "
                                          r"divisible by image_encoder\.groups=8"):
         from_mapping(cls, {"image_encoder": {"channels": [12]}})
+
+
+def test_every_command_shares_the_hydra_settings_of_configs_command_yaml():
+    """No command writes .hydra/ or a log before its checks (configs/command.yaml; robot_rl.common.run_dir)."""
+    commands = sorted(p.stem for p in ROOT.glob("*.yaml") if p.stem != "command")
+    assert len(commands) == 9
+    for name in commands:
+        assert "command" in (OmegaConf.load(ROOT / f"{name}.yaml").get("defaults") or []), name

@@ -50,15 +50,11 @@ def hold_run_dir(run_dir):
     """robot_rl.common.run_dir.hold(run_dir) for the block, with another live holder as one line + exit 2."""
     from robot_rl.common.run_dir import RunDirBusy, hold
 
-    held = hold(run_dir)
     try:
-        held.__enter__()
-    except RunDirBusy as e:
+        with hold(run_dir):
+            yield run_dir
+    except RunDirBusy as e:  # raised by hold() before the block runs; nothing in a block holds a run dir again
         fail(str(e))
-    try:
-        yield run_dir
-    finally:
-        held.__exit__(None, None, None)
 
 
 def resume_or_fail(workspace) -> bool:

@@ -1,8 +1,9 @@
 """Run directory helpers: every command writes runs/<command>/<timestamp>-<name>/ with config.yaml + metrics.json.
 
 Nothing is written before the command's checks have passed: Hydra itself writes no .hydra/ record and no log file
-there (configs/*.yaml: hydra.output_subdir null, job_logging stdout); `write_config` writes both records. A
-training holds the run directory (`hold`) while it resumes and runs, so a second one on it stops with one line.
+there (configs/command.yaml, which every command's YAML lists: output_subdir null, job_logging stdout);
+`write_config` writes both records. A training holds the run directory (`hold`) while it resumes and runs, so a
+second one on it stops with one line.
 """
 
 from __future__ import annotations
