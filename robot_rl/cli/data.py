@@ -65,7 +65,7 @@ def _merge(args) -> None:
     existing = out.is_file() or (out.is_dir() and any(out.iterdir()))
     check_mergeable(inputs, EpisodeStore.open(out) if existing else None)
     with EpisodeStore.open(out, mode="a") as store:
-        total = sum(s.n_episodes for s in inputs)
+        total = sum(len(s.good_episodes) for s in inputs)  # --skip-damaged leaves some out
         with Progress(TextColumn("merge"), BarColumn(), MofNCompleteColumn(), TextColumn("eta"), TimeRemainingColumn()) as bar:
             task = bar.add_task("merge", total=total)
             copied = merge_stores(store, inputs, progress=lambda n: bar.advance(task, n))
@@ -74,24 +74,24 @@ def _merge(args) -> None:
 
 def _verify(args) -> None:
     from robot_rl.data.episode_store import EpisodeStore
+    from robot_rl.data.integrity import reader_fix
 
     store = EpisodeStore.open(args.path, skip_damaged=True)
-    damaged, ends = store.damaged_episodes, store.episode_ends
+    damaged = store.damaged_episodes
     if args.json:
         print(json.dumps({"path": str(store.path), "episodes": store.n_episodes, "legacy_arrays": store.legacy_arrays,
                           "damaged": {str(e): [str(d) for d in ds] for e, ds in damaged.items()}}, indent=2))
     else:
         for e, ds in damaged.items():
-            start = int(ends[e - 1]) if e else 0
-            print(f"episode {e} (steps {start}-{int(ends[e])}): {'; '.join(map(str, ds))}")
+            start, stop = store.episode_range(e)
+            print(f"episode {e} (steps {start}-{stop}): {'; '.join(map(str, ds))}")
         if store.legacy_arrays:
             print(f"note: {len(store.legacy_arrays)} array(s) were written by an older robot_rl without chunk checksums "
                   f"({', '.join(store.legacy_arrays[:3])}, ...): their damage cannot be detected; `robot-rl-data merge NEW "
                   f"{store.path}` writes a checksummed copy")
         if damaged:
             print(f"{len(damaged)} of {store.n_episodes} episodes of {store.path} are damaged; readers refuse them: "
-                  f"leave them out with --skip-damaged (robot-rl-train-bc: skip_damaged=true), or copy the intact ones "
-                  f"into a new store: robot-rl-data merge NEW {store.path} --skip-damaged")
+                  + reader_fix(store.path))
         else:
             print(f"{store.path}: {store.n_episodes} episodes, every chunk present and intact")
     if damaged:

@@ -205,10 +205,7 @@ class EpisodeStore:
             raise IndexError(f"rows out of range [0, {self.n_steps}) of episode store {self.path}")
         self._damage.refuse(self.path, f"rows of data/{key}", np.searchsorted(self._ends, rows, side="right"))
         uniq, inverse = np.unique(rows, return_inverse=True)
-        try:
-            return np.asarray(self.array(key).get_orthogonal_selection((uniq,)))[inverse]
-        except Exception as e:
-            raise StoreError(f"episode store {self.path}: could not read data/{key} ({type(e).__name__}: {e}); a chunk is corrupted") from None
+        return _read(self.array(key).oindex, (uniq,), self.path, f"data/{key}")[inverse]
 
     def array(self, key: str) -> zarr.Array:
         """The zarr array data/<key>. It may hold rows past `n_steps` (an episode being written): slice it."""

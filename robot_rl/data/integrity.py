@@ -142,14 +142,9 @@ class Damage:
 
     def good_runs(self) -> list[tuple[int, int]]:
         """Step ranges [a, b) of the intact episodes, consecutive ones merged."""
+        g = self.good(len(self.ends))
         starts = np.concatenate([[0], self.ends[:-1]])
-        runs: list[list[int]] = []
-        for e in self.good(len(self.ends)).tolist():
-            if runs and runs[-1][1] == starts[e]:
-                runs[-1][1] = int(self.ends[e])
-            else:
-                runs.append([int(starts[e]), int(self.ends[e])])
-        return [(a, b) for a, b in runs]
+        return contiguous_runs(starts[g], self.ends[g])
 
     def attr_gaps(self, array: str) -> list[tuple[int, int]]:
         """Episode ranges [a, b) whose entries of per-episode array `array` (e.g. meta/success) are damaged."""
@@ -172,9 +167,7 @@ class Damage:
         """The one-line refusal of a damaged store: for a reader, or for a writer (which may not append to it)."""
         merge = f"robot-rl-data merge NEW {path} --skip-damaged"
         fix = (f"appending would bury the damage: copy the intact episodes into a new store ({merge}) and append there"
-               if writer else
-               f"`robot-rl-data verify {path}` lists them; leave them out with --skip-damaged (robot-rl-train-bc: "
-               f"skip_damaged=true), or copy the intact ones into a new store: {merge}")
+               if writer else f"`robot-rl-data verify {path}` lists them; " + reader_fix(path))
         return DamagedStoreError(damage_message(path, self.episodes, n_episodes, fix))
 
 
@@ -227,3 +220,20 @@ def sweep_creating(path: Path, lock_file: str) -> list[Path]:
             if lock is not None:
                 lock.release()
     return removed
+
+
+def reader_fix(path) -> str:
+    """What a reader of a damaged store can do (robot-rl-data verify and the readers' refusal say the same)."""
+    return (f"leave them out with --skip-damaged (robot-rl-train-bc: skip_damaged=true), or copy the intact ones into "
+            f"a new store: robot-rl-data merge NEW {path} --skip-damaged")
+
+
+def contiguous_runs(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
+    """Step ranges [a, b) of episodes [starts[i], ends[i]) in order, consecutive ones merged."""
+    runs: list[list[int]] = []
+    for a, b in zip(np.asarray(starts).tolist(), np.asarray(ends).tolist()):
+        if runs and runs[-1][1] == a:
+            runs[-1][1] = int(b)
+        else:
+            runs.append([int(a), int(b)])
+    return [(a, b) for a, b in runs]

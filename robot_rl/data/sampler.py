@@ -20,6 +20,7 @@ import numpy as np
 
 from robot_rl.data.episode_store import EpisodeStore
 from robot_rl.data.errors import StoreError
+from robot_rl.data.integrity import contiguous_runs
 
 MODES = ("memory", "lazy")
 
@@ -79,7 +80,7 @@ class SequenceSampler:
         self.episode = np.repeat(eps, lengths)  # per window: its episode
         if mode == "memory":
             # Rows of the selected episodes, concatenated in selection order (one read per contiguous run).
-            runs = _contiguous_runs(starts[eps], ends[eps])
+            runs = contiguous_runs(starts[eps], ends[eps])
             self._data = {k: _concat([store.read(k, a, b) for a, b in runs]) for k in obs_keys + action_keys}
             ep_first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
             ep_end = np.cumsum(lengths)
@@ -188,16 +189,6 @@ def _ranks(lengths: np.ndarray) -> np.ndarray:
     """[0, 1, .., l0-1, 0, 1, .., l1-1, ...] for episode lengths l0, l1, ..."""
     total = int(lengths.sum())
     return np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-
-
-def _contiguous_runs(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
-    runs: list[list[int]] = []
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        if runs and runs[-1][1] == a:
-            runs[-1][1] = b
-        else:
-            runs.append([a, b])
-    return [(a, b) for a, b in runs]
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
