@@ -91,9 +91,13 @@ class DdsSecurity:
     governance: str | None = None  # governance.p7s: the domain's rules (authentication, encryption per topic)
     permissions: str | None = None  # permissions.p7s: what this node may publish and subscribe
 
+    def paths(self) -> dict[str, str | None]:
+        """{field: path or None} ('' counts as unset)."""
+        return {f.name: getattr(self, f.name) or None for f in dataclasses.fields(self)}
+
     def files(self) -> dict[str, str] | None:
         """{field: path} when DDS Security is on, else None."""
-        files = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        files = self.paths()
         return files if any(files.values()) else None
 
 
@@ -300,11 +304,7 @@ def validate(cfg: DeployConfig) -> None:
 
 def check_dds_security(cfg: DeployConfig) -> None:
     """All six deploy.dds_security files or none ('' counts as unset), each an existing file, on transport=dds."""
-    sec = cfg.dds_security
-    for f in dataclasses.fields(sec):
-        if getattr(sec, f.name) == "":
-            setattr(sec, f.name, None)
-    files = {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec)}
+    files = cfg.dds_security.paths()
     missing = [k for k, v in files.items() if v is None]
     if len(missing) == len(files):
         return

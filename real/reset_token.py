@@ -12,11 +12,10 @@ A reset still needs the e-stop released and fresh joint states (real/safety.py).
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
-from real.messages import String
+from robot_rl.common.atomic import atomic_put
 
 FILE = "reset_token"
 
@@ -29,16 +28,5 @@ def new_token() -> str:
 def write_token(run_dir: str | Path, token: str) -> Path:
     """Write the token to <run_dir>/reset_token, readable by the owner only (an older run's token there is replaced)."""
     path = Path(run_dir) / FILE
-    path.unlink(missing_ok=True)  # then O_EXCL: never write through a file (or link) someone else put there
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask
-        os.write(fd, (token + "\n").encode())
-    finally:
-        os.close(fd)
+    atomic_put(path, (token + "\n").encode(), mode=0o600)
     return path
-
-
-def reset_message(token: str) -> String:
-    """The reset message that clears a latch of the node holding `token`."""
-    return String(data=token)

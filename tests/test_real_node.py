@@ -22,7 +22,6 @@ from real import messages as M
 from real.blending import ChunkBlender
 from real.config import Blending
 from real.qos import ESTOP, LATEST, RELIABLE
-from real.reset_token import reset_message
 from real.tick_clock import TickClock
 from tests.test_real_config import deploy_cfg, lift_env
 
@@ -115,7 +114,7 @@ class Rig:
 
     def reset_node(self, token: str | None = None) -> None:
         """Publish a reset with the node's token (or `token`)."""
-        self.reset.publish(reset_message(self.node.reset_token if token is None else token))
+        self.reset.publish(M.String(data=self.node.reset_token if token is None else token))
 
     def _guard(self, fn):
         try:

@@ -11,12 +11,13 @@ import uuid
 from pathlib import Path
 
 
-def atomic_put(path: Path, data, *, fsync: bool = False, exclusive: bool = False) -> None:
-    """Write bytes-like `data` to `path` so readers see the old file or the new one, nothing between."""
+def atomic_put(path: Path, data, *, fsync: bool = False, exclusive: bool = False, mode: int = 0o666) -> None:
+    """Write bytes-like `data` to `path` so readers see the old file or the new one, nothing between (a rename: a
+    file or link someone else put at `path` is replaced, never written through). `mode` as for os.open."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    # os.open with 0o666 so the umask applies as for any other file (mkstemp would force 0600).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    # os.open with 0o666 by default so the umask applies as for any other file (mkstemp would force 0600).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
