@@ -323,6 +323,8 @@ ROWS = [
     Row("residual-mode-unknown", "robot-rl-train-residual", lambda t, d: rl_args(t, d, "mode=fancy"),
         ("mode='fancy'",)),
     Row("residual-utd-negative", "robot-rl-train-residual", lambda t, d: rl_args(t, d, "rl.utd=-1"), ("utd=-1",)),
+    Row("residual-budget-below-learning-starts", "robot-rl-train-residual",
+        lambda t, d: rl_args(t, d, "rl.env_steps=10"), ("env_steps=10 is fewer than learning_starts=20",)),
     Row("residual-rl-added-key", "robot-rl-train-residual", lambda t, d: rl_args(t, d, "+rl.gamma=0.9"),
         ("unknown rl key(s) ['gamma']",)),
     Row("residual-demos-missing", "robot-rl-train-residual", lambda t, d: rl_args(t, d, f"demos={d / 'none.zarr'}"),

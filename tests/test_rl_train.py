@@ -123,6 +123,74 @@ def test_bad_training_config_values_are_named():
     with pytest.raises(ValueError, match=r"unknown rl key\(s\) \['env_step'\]; valid keys: \[.*'env_steps'"):
         from_mapping(ResidualRLConfig, {"env_step": 10}, "rl")
     assert from_mapping(ResidualRLConfig, {"learner": {"n_step": 5}}).learner.n_step == 5
+    with pytest.raises(ValueError, match=r"env_steps=4999 is fewer than learning_starts=5000: the budget ends "
+                                         r"before the first gradient update.*Raise env_steps \(e.g. 50000\)"):
+        ResidualRLConfig(env_steps=4999)
+
+
+def _eval(k, n=100):
+    from robot_rl.evaluation import wilson_interval
+
+    return {"success_rate": k / n, "successes": k, "episodes": n, "success_ci95": list(wilson_interval(k, n))}
+
+
+def test_the_watch_reports_a_zero_base_and_a_long_stretch_below_the_base_once():
+    from robot_rl.rl.watch import EvalWatch
+
+    w = EvalWatch(below_base_window=40_000)
+    assert "succeeded in 0 of 100 evaluation episodes" in w.base(_eval(0)) and "mode=scratch" in w.warnings[0]
+    w = EvalWatch(below_base_window=40_000)
+    assert w.base(_eval(40)) is None and w.best == {"env_steps": 0, "success_rate": 0.4, "episodes": 100}
+    assert w.after(_eval(33), 20_000) == (False, None)  # 95% CI reaches 0.4: not below
+    assert w.after(_eval(20), 40_000) == (False, None) and w.below_since == 40_000
+    assert w.after(_eval(10), 60_000) == (False, None)  # 20,000 steps below: inside the window
+    improved, msg = w.after(_eval(15), 80_000)
+    assert not improved and "since env step 40000 (40000 env steps > rl.below_base_window=40000)" in msg
+    assert "env step 0, 0.40" in msg
+    assert w.after(_eval(5), 100_000) == (False, None)  # said once per stretch
+    assert w.after(_eval(45), 120_000) == (True, None) and w.below_since is None and not w.warned
+    assert w.best["env_steps"] == 120_000
+    again = EvalWatch(40_000)
+    again.load_state(w.state())  # a resumed run keeps its best and its stretch
+    assert again.best == w.best and again.base_eval == w.base_eval and len(again.warnings) == 1
+    assert EvalWatch(below_base_window=0).after(_eval(0), 10**6) == (True, None)
+
+
+def test_policy_is_the_best_evaluated_policy_not_the_last(small_env, tmp_path):
+    """keep_best: an earlier evaluation beat the last policy's final one; the earlier policy is re-evaluated on
+    the final episodes and kept when it wins there too, else the last one stays."""
+    import torch
+
+    ws = ResidualWorkspace(tmp_path / "run", _tiny(), small_env, ExpertPolicy(small_env))
+    ws.watch.base(_eval(60))
+    ws.save_best()  # env step 0: the zero residual, i.e. the base
+    zero = {k: v.clone() for k, v in ws.policy.actor.state_dict().items()}
+    ws.env_steps = 160
+    with torch.no_grad():
+        for p in ws.policy.actor.parameters():
+            p.add_(1.0)  # training "made it worse"
+    worse = {k: v.clone() for k, v in ws.policy.actor.state_dict().items()}
+    final = _eval(20) | {"episode_ids": []}
+    kept = ws.keep_best(final, lambda: _eval(15) | {"episode_ids": []})  # the best does worse on the final set
+    assert kept["policy_from"] == {"env_steps": 160, "which": "last"}
+    assert all(torch.equal(v, worse[k]) for k, v in ws.policy.actor.state_dict().items())
+    kept = ws.keep_best(final, lambda: _eval(55) | {"episode_ids": []})
+    assert kept["policy_from"] == {"env_steps": 0, "which": "best"} and kept["success_rate"] == 0.55
+    assert kept["last_eval"]["success_rate"] == 0.2
+    assert all(torch.equal(v, zero[k]) for k, v in ws.policy.actor.state_dict().items())
+
+
+def test_a_run_from_a_zero_base_says_so_and_keeps_its_best_policy(small_env, tmp_path):
+    """10-step lift episodes: the expert never finishes one, a 0% base. The run warns before training, evaluates
+    it as env step 0, and checkpoints/best/ + metrics name the policy policy/ is."""
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning, match="succeeded in 0 of 4 evaluation episodes"):
+        result = train(small_env, ExpertPolicy(small_env), _tiny(eval_every=80, final_eval=True), run)
+    assert result["base_eval"]["successes"] == 0 and result["best_eval"]["env_steps"] == 0
+    assert "residual RL from a 0% base" in result["warnings"][0]
+    best = json.loads((run / "checkpoints" / "best" / "config.json").read_text())
+    assert best["kind"] == "residual" and (run / "checkpoints" / "best" / "model.safetensors").is_file()
+    assert result["final_eval"]["policy_from"]["which"] == "last"  # nothing beat 0%: the last one stays
 
 
 def test_short_residual_training_fixes_a_biased_base(tmp_path):

@@ -133,7 +133,6 @@ def main(cfg: DictConfig) -> None:
     from policies import SpecMismatch
     from robot_rl.common.checkpoint import CheckpointError
     from robot_rl.cli.train_bc import open_store
-    from robot_rl.evaluation import evaluate_policy
     from robot_rl.rl.train import ResidualWorkspace, from_scratch, write_results
     from robot_rl.common.run_log import RunLog
 
@@ -192,16 +191,13 @@ def main(cfg: DictConfig) -> None:
             extra = {"mode": cfg.mode, "task": env_cfg.task, "base": cfg.base, "demos": cfg.demos,
                      "num_envs": env_cfg.num_envs, "resumed_from": ws.env_steps if resumed else None,
                      "warnings": warnings}
+            ws.on_warning = warn  # a 0% base, a long stretch below the base: stderr now, metrics.json at the end
             if resumed:
                 print(f"resuming {run_dir} from env step {ws.env_steps}")
-            elif base is not None:  # s0 of this run, on the same evaluation episodes as the residual's
-                episodes = rl.final_eval_episodes or rl.eval_episodes
+            elif base is not None and ws.evaluates():  # s0 of this run, on the residual's final evaluation episodes
                 with progress_bar() as bar:
-                    task = bar.add_task(f"base alone {env_cfg.task}", total=episodes)
-                    m0 = evaluate_policy(eval_env, base, episodes, seed=rl.eval_seed,
-                                         progress=lambda n: bar.advance(task, n))
-                log.scalar("eval/base_success_rate", m0["success_rate"], 0)
-                extra["base_eval"] = {k: v for k, v in m0.items() if k != "episode_ids"}
+                    task = bar.add_task(f"base alone {env_cfg.task}", total=rl.final_eval_episodes or rl.eval_episodes)
+                    m0 = ws.evaluate_base(log, progress=lambda n: bar.advance(task, n))
                 print(f"base alone: success {m0['success_rate']:.3f} over {m0['episodes']} episodes")
             try:
                 with progress_bar() as bar:
@@ -222,6 +218,11 @@ def main(cfg: DictConfig) -> None:
         lo, hi = final["success_ci95"]
         done += f"; success {final['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over {final['episodes']} episodes"
     print(done)
+    src = (final or {}).get("policy_from") or {}
+    if src.get("which") == "best":
+        last = final["last_eval"]
+        print(f"policy/ is the best evaluated policy, of env step {src['env_steps']}; the last one scored "
+              f"{last['success_rate']:.3f}")
     print(f"policy: {run_dir / 'policy'}")
     print(f"run dir: {run_dir}")
 

@@ -12,13 +12,17 @@ Reads top-down:
      transitions (+ demos) before the first update;
   4. every `log_every` / `eval_every` / `ckpt_every` env steps: TensorBoard scalars, evaluation of the
      deterministic residual policy through robot_rl.evaluation (the same code as robot-rl-eval), an atomic
-     checkpoint; at the end policy/ (a BasePolicy checkpoint: base + residual), final evaluation, curves.png.
+     checkpoint; at the end the final evaluation, policy/ (a BasePolicy checkpoint: base + residual), curves.png.
+Before training, the base alone is evaluated (env step 0); every evaluation goes through robot_rl/rl/watch.py:
+a 0% base and a long stretch below the base are reported (stderr + metrics.json "warnings"), and policy/ is the
+best evaluated policy (the base's zero residual included), not just the last (metrics.json "policy_from").
 
 RL from scratch is the same code with base=None (base action 0) and `from_scratch(cfg)` (scale 1.0).
 
 Run directory (as robot_rl.train_bc):
     checkpoints/step_<env steps>/  full training state (also loadable by load_policy)
     checkpoints/latest.json        {"step": N, "path": "step_<N>"}, replaced atomically after each save
+    checkpoints/best/              the best evaluated policy so far
     policy/   tb/   metrics.json   curves.png
 A resumed run restarts the envs' episodes (simulator state is not saved) and keeps the replay when
 `save_replay`.
@@ -41,6 +45,7 @@ from robot_rl.rl.replay import Replay, add_transitions, demo_replay, sample_mixe
 from policies.residual import ResidualConfig, ResidualPolicy
 from robot_rl.common.config import from_mapping
 from robot_rl.rl.rollout import REWARDS, Collector
+from robot_rl.rl.watch import EvalWatch
 from robot_rl.common.run_dir import write_metrics
 
 # May change between a checkpoint and its resume: they set how long and how visibly the run goes on, not what
@@ -48,7 +53,7 @@ from robot_rl.common.run_dir import write_metrics
 INTERVENTIONS = ("none", "scripted")
 
 FREE_KEYS = ("env_steps", "time_budget_s", "eval_every", "eval_episodes", "final_eval_episodes", "videos", "eval_seed",
-             "log_every", "ckpt_every", "keep_checkpoints", "save_replay", "final_eval")
+             "log_every", "ckpt_every", "keep_checkpoints", "save_replay", "final_eval", "below_base_window")
 
 
 @dataclasses.dataclass
@@ -84,6 +89,8 @@ class ResidualRLConfig:
     keep_checkpoints: int = 2
     save_replay: bool = True  # checkpoints hold the online replay, so a resume continues with its data
     final_eval: bool = True
+    below_base_window: int = 60_000  # env steps evaluations may stay below the base's success before the run warns
+    # (log + metrics.json "warnings"; 0: never). Whatever happens, policy/ is the best evaluated policy
     seed: int = 0
     residual: ResidualConfig = dataclasses.field(default_factory=ResidualConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
@@ -95,11 +102,16 @@ class ResidualRLConfig:
             self.learner = from_mapping(LearnerConfig, self.learner, "learner")
         whole = {"env_steps": 1, "learning_starts": 0, "replay_capacity": 1, "eval_every": 0, "eval_episodes": 1,
                  "final_eval_episodes": 0, "videos": 0, "eval_seed": 0, "log_every": 1, "ckpt_every": 1,
-                 "keep_checkpoints": 1, "seed": 0, "shaping_decay_steps": 0}
+                 "keep_checkpoints": 1, "seed": 0, "shaping_decay_steps": 0, "below_base_window": 0}
         for name, lo in whole.items():
             v = getattr(self, name)
             if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
                 raise ValueError(f"{name}={v!r} must be a whole number >= {lo}")
+        if self.env_steps < self.learning_starts:
+            raise ValueError(
+                f"env_steps={self.env_steps} is fewer than learning_starts={self.learning_starts}: the budget ends "
+                f"before the first gradient update, so nothing would be learned. Raise env_steps (e.g. "
+                f"{max(10 * self.learning_starts, 1000)}) or lower learning_starts")
         if not (self.utd > 0 and np.isfinite(self.utd)):
             raise ValueError(f"utd={self.utd!r} must be a number > 0 (gradient updates per env transition)")
         if not 0.0 <= self.demo_fraction < 1.0:
@@ -198,6 +210,8 @@ class ResidualWorkspace:
         self.stats_frozen = False
         self.train_time = 0.0  # wall time of training so far, across resumes
         self.starts = 0  # env (re)starts, for distinct seeds
+        self.watch = EvalWatch(cfg.below_base_window, cfg.residual.scale)  # base level, best policy, regressions
+        self.on_warning = None  # called with each warning's text (the CLI prints it); they also go to metrics.json
 
     # ---- checkpoints --------------------------------------------------------------------------------
     def save(self) -> Path:
@@ -210,6 +224,7 @@ class ResidualWorkspace:
             "collector_rng": self.collector.rng.bit_generator.state,
             "torch_rng": checkpoint.flatten(torch.get_rng_state(), "torch_rng", tensors),
             "config": self.resume_config,
+            "watch": self.watch.state(),
         }
         if self.cfg.save_replay:
             train["replay"] = checkpoint.flatten(self.replay.state(), "replay", tensors)
@@ -233,6 +248,7 @@ class ResidualWorkspace:
         self.env_steps, self.episodes = int(train["env_steps"]), int(train["episodes"])
         self.owed, self.stats_frozen = float(train["owed"]), bool(train["stats_frozen"])
         self.train_time, self.starts = float(train["train_time"]), int(train["starts"])
+        self.watch.load_state(train.get("watch", {}))  # checkpoints before the watch have none
         self.load_extra_state(train, tensors)
         return True
 
@@ -266,15 +282,81 @@ class ResidualWorkspace:
         c = self.cfg.learner
         return sample_mixed(self.replay, self.demos, c.batch_size, self.cfg.demo_fraction, c.n_step, c.gamma, self.rng)
 
-    def evaluate(self, episodes: int | None = None, videos: int = 0) -> dict:
+    def evaluate(self, episodes: int | None = None, videos: int = 0, progress=None) -> dict:
         from robot_rl.evaluation import evaluate_policy
 
         env = self.eval_env if self.eval_env is not None else self.env
         metrics = evaluate_policy(env, self.policy, episodes or self.cfg.eval_episodes, seed=self.cfg.eval_seed,
-                                  videos=videos, video_dir=self.run_dir / "videos" if videos else None)
+                                  videos=videos, video_dir=self.run_dir / "videos" if videos else None,
+                                  progress=progress)
         if self.eval_env is None:
             self.restart_envs()  # evaluation reset the shared env: training episodes start over
         return metrics
+
+    # ---- the base's level, the best policy, regressions (robot_rl/rl/watch.py) ------------------------
+    def evaluates(self) -> bool:
+        return self.cfg.eval_every > 0 or self.cfg.final_eval
+
+    def evaluate_base(self, log, progress=None) -> dict | None:
+        """s0 of this run: the policy at env step 0 (the residual starts at zero: the base alone), on the final
+        evaluation's episodes, logged as eval/base_success_rate. Once per run, only with a base and when the run
+        evaluates at all; a base that never succeeds is reported before training goes on."""
+        if self.policy.base is None or self.env_steps > 0 or self.watch.base_eval is not None or not self.evaluates():
+            return None
+        cfg = self.cfg
+        m = self.evaluate(cfg.final_eval_episodes or cfg.eval_episodes, progress=progress)
+        log.scalar("eval/base_success_rate", m["success_rate"], 0)
+        self._warn(self.watch.base(m))
+        self.save_best()
+        return m
+
+    def note_eval(self, m: dict, step: int | None = None, weights: dict | None = None) -> None:
+        """After a periodic evaluation of the current actor at self.env_steps (or of `weights`, an actor state_dict
+        evaluated elsewhere, at `step`): keep the best, report a long stretch below the base."""
+        improved, msg = self.watch.after(m, self.env_steps if step is None else step)
+        if improved:
+            self.save_best(weights)
+        self._warn(msg)
+
+    def save_best(self, weights: dict | None = None) -> None:
+        """checkpoints/best/: the best evaluated policy so far (a BasePolicy checkpoint, like policy/)."""
+        if weights is None:
+            self.policy.save(self.ckpt_dir / "best")
+            return
+        current = {k: v.clone() for k, v in self.policy.actor.state_dict().items()}
+        self.policy.actor.load_state_dict(weights)
+        try:
+            self.policy.save(self.ckpt_dir / "best")
+        finally:
+            self.policy.actor.load_state_dict(current)
+
+    def keep_best(self, final: dict, evaluate) -> dict:
+        """policy/ is the best evaluated policy. `final` is the last policy's final evaluation; when an earlier
+        evaluation (the base's included) scored higher, that policy is evaluated on the same episodes too
+        (`evaluate()`) and the better of the two is kept. Returns metrics of policy/ with "policy_from"."""
+        best, step = self.watch.best, self.env_steps
+        last = {**final, "policy_from": {"env_steps": step, "which": "last"}}
+        if best is None or best["env_steps"] == step or best["success_rate"] <= final["success_rate"]:
+            return last
+        current = {k: v.clone() for k, v in self.policy.actor.state_dict().items()}
+        tensors, _ = checkpoint.load(self.ckpt_dir / "best")
+        self.policy.actor.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("actor.")})
+        m = evaluate()
+        if m["success_rate"] <= final["success_rate"]:
+            self.policy.actor.load_state_dict(current)
+            return last
+        return {**m, "policy_from": {"env_steps": best["env_steps"], "which": "best"},
+                "last_eval": {k: v for k, v in final.items() if k != "episode_ids"}}
+
+    def _warn(self, msg: str | None) -> None:
+        if msg is None:
+            return
+        if self.on_warning is not None:
+            self.on_warning(msg)
+        else:
+            import warnings
+
+            warnings.warn(msg, stacklevel=3)
 
     def route_interventions(self) -> None:
         """The human's transitions of the newest replay row also go into the demo buffer (they are the most
@@ -317,6 +399,7 @@ class ResidualWorkspace:
     def run(self, log, progress=None) -> dict:
         """Train until the budget is spent; `progress(env_steps)` is called after every vector step."""
         cfg, n = self.cfg, self.env.num_envs
+        self.evaluate_base(log)  # unless the caller did (the CLI, with a progress bar)
         self.restart_envs()
         clock = _Clock(self.train_time)  # training time excludes evaluations
         start_steps, saved_at = self.env_steps, None
@@ -346,6 +429,7 @@ class ResidualWorkspace:
                     m = self.evaluate()
                 log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"],
                              "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
+                self.note_eval(m)
             if crossed(cfg.ckpt_every):
                 self.save()
                 saved_at = self.env_steps
@@ -355,19 +439,25 @@ class ResidualWorkspace:
             flush_log()
         if saved_at != self.env_steps:
             self.save()
-        self.policy.save(self.run_dir / "policy")
         final = None
         if cfg.final_eval:
+            episodes = cfg.final_eval_episodes or cfg.eval_episodes
             with clock.paused():
-                final = self.evaluate(cfg.final_eval_episodes or cfg.eval_episodes, videos=cfg.videos)
-            log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"],
-                         "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
+                final = self.evaluate(episodes, videos=cfg.videos)
+                log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"],
+                             "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
+                final = self.keep_best(final, lambda: self.evaluate(episodes, videos=cfg.videos))
+        self.policy.save(self.run_dir / "policy")
         log.plot(self.run_dir / "curves.png",
                  ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean", "residual/abs_mean",
                   "perf/updates_per_s"], title=f"residual RL {self.env.cfg.task}")
         return {"final_eval": final, "env_steps": self.env_steps, "updates": self.learner.updates,
                 "episodes": self.episodes, "train_time_s": self.train_time, "eval_time_s": clock.paused_s,
-                "env_steps_this_session": self.env_steps - start_steps}
+                "env_steps_this_session": self.env_steps - start_steps, **self.watch_summary()}
+
+    def watch_summary(self) -> dict:
+        """metrics.json entries of the watch: base_eval, best_eval and the warnings so far."""
+        return {"base_eval": self.watch.base_eval, "best_eval": self.watch.best, "warnings": list(self.watch.warnings)}
 
     def _log(self, log, metrics: list[dict], updates_per_s: float, env_steps_per_s: float) -> None:
         step = self.env_steps
@@ -443,9 +533,13 @@ def train(env, base, cfg: ResidualRLConfig, run_dir, log=None, demo_store=None, 
 def write_results(run_dir: Path, log, result: dict, extra: dict) -> None:
     """metrics.json of a run: the final evaluation, budget figures and the scalar history."""
     final = result["final_eval"]
-    metrics = {**extra, **{k: v for k, v in result.items() if k != "final_eval"}, "history": log.history_json()}
-    if final is not None:
+    warnings = list(extra.get("warnings", [])) + list(result.get("warnings", []))
+    metrics = {**extra, **{k: v for k, v in result.items() if k != "final_eval"}, "warnings": warnings,
+               "history": log.history_json()}
+    if final is not None:  # of policy/: the best evaluated policy (final["policy_from"])
         metrics.update(success_rate=final["success_rate"], success_ci95=final["success_ci95"],
-                       eval={k: v for k, v in final.items() if k != "episode_ids"},
-                       eval_episode_ids=final["episode_ids"])
+                       eval={k: v for k, v in final.items() if k not in ("episode_ids", "policy_from", "last_eval")},
+                       eval_episode_ids=final["episode_ids"], policy_from=final.get("policy_from"))
+        if "last_eval" in final:
+            metrics["last_eval"] = final["last_eval"]
     write_metrics(Path(run_dir), metrics)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+import torch
+
 from robot_rl.rl.distributed.actors import EvalActor, actor_weights
 
 if TYPE_CHECKING:
@@ -33,9 +35,9 @@ class Evaluator:
         if self.ref is not None:
             return False
         cfg = self.ws.cfg
-        self.ref = self.handle.evaluate.remote(self.ray.put(actor_weights(self.ws.policy.actor)), cfg.eval_episodes,
-                                               cfg.eval_seed, 0)
-        self.at = (step, train_time)
+        weights = actor_weights(self.ws.policy.actor)
+        self.ref = self.handle.evaluate.remote(self.ray.put(weights), cfg.eval_episodes, cfg.eval_seed, 0)
+        self.at = (step, train_time, weights)
         return True
 
     def poll(self, log, block: bool = False) -> None:
@@ -44,7 +46,7 @@ class Evaluator:
             return
         if not self.ray.wait([self.ref], timeout=None if block else 0)[0]:
             return
-        ref, (step, train_time), self.ref = self.ref, self.at, None
+        ref, (step, train_time, weights), self.ref = self.ref, self.at, None
         try:
             m = self.ray.get(ref)
         except self.ray.exceptions.RayActorError:
@@ -53,6 +55,7 @@ class Evaluator:
             return
         log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"], "train_time_s": train_time},
                     step, prefix="eval/")
+        self.ws.note_eval(m, step, {k: torch.as_tensor(v) for k, v in weights.items()})
 
     def final(self, episodes: int, videos: int) -> dict:
         cfg = self.ws.cfg

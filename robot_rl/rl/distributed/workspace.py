@@ -205,15 +205,16 @@ class DistributedWorkspace(ResidualWorkspace):
                 flush_log()
             if saved_at != self.env_steps:
                 self.save()
-            self.policy.save(self.run_dir / "policy")
             if evaluator is not None:
                 with clock.paused():
                     evaluator.poll(log, block=True)
                     if cfg.final_eval:
-                        final = evaluator.final(cfg.final_eval_episodes or cfg.eval_episodes, cfg.videos)
-                if final is not None:
-                    log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"],
-                                 "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
+                        episodes = cfg.final_eval_episodes or cfg.eval_episodes
+                        final = evaluator.final(episodes, cfg.videos)
+                        log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"],
+                                     "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
+                        final = self.keep_best(final, lambda: evaluator.final(episodes, cfg.videos))
+            self.policy.save(self.run_dir / "policy")
             log.plot(self.run_dir / "curves.png",
                      ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean",
                       "residual/abs_mean", "perf/updates_per_s", "perf/env_steps_per_s"],
@@ -231,7 +232,7 @@ class DistributedWorkspace(ResidualWorkspace):
                 ray.shutdown()
         return {"final_eval": final, "env_steps": self.env_steps, "updates": self.learner.updates,
                 "episodes": self.episodes, "train_time_s": self.train_time, "eval_time_s": clock.paused_s,
-                "env_steps_this_session": self.env_steps - start_steps,
+                "env_steps_this_session": self.env_steps - start_steps, **self.watch_summary(),
                 "distributed": {"actors": d.actors, "robots": [r.name for r in d.robots],
                                 "restarts": self.pool.restarts,
                                 # an actor's own rate while collecting, and the share of time the actors were
