@@ -141,6 +141,20 @@ def test_inlined_ddim_update_equals_diffusers_step(steps):
     torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
 
 
+def test_temperature_scales_the_sampling_noise_and_zero_is_deterministic(lift_env):
+    """The initial DDIM noise is scaled by policy.temperature: at 0 every call gives the same chunk (the generator
+    moves on); at 1 the calls differ; the saved config carries it; out of [0, 1] is refused."""
+    hist = _history(lift_env)
+    cold = _policy(lift_env, dataclasses.replace(SMALL, temperature=0.0))
+    assert np.array_equal(cold.act(hist), cold.act(hist))
+    warm = _policy(lift_env, SMALL)
+    assert not np.array_equal(warm.act(hist), warm.act(hist))
+    assert cold.config()["temperature"] == 0.0
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(ValueError, match=r"policy.temperature=.* must be in \[0, 1\]"):
+            dataclasses.replace(SMALL, temperature=bad)
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_temporal_conv_equals_torch_conv1d(stride):
     from policies.diffusion.unet import TemporalConv

@@ -38,6 +38,10 @@ class DiffusionConfig:
     groups: int = 8  # GroupNorm groups
     train_steps: int = 100  # DDPM noise levels in training
     inference_steps: int = 10  # DDIM steps at inference
+    # Scale of the initial noise DDIM starts from: 1 samples the demonstrations' action distribution, their noise
+    # included; 0 is deterministic (the denoiser's path from zero noise, near the most likely chunk). Measured
+    # (docs/results/bc.md): peg_insert 0.06 / 0.27 / 0.41 at 1 / 0.5 / 0; lift 0.19 / 0.29 / 0.06.
+    temperature: float = 1.0
     beta_schedule: str = "squaredcos_cap_v2"
     obs_norm: str = "minmax"  # minmax | meanstd
     ema_power: float = 0.75
@@ -64,6 +68,9 @@ class DiffusionConfig:
             raise ValueError(f"policy.dims={list(self.dims)} must all be divisible by policy.groups={self.groups}")
         if not (1 <= self.inference_steps <= self.train_steps):
             raise ValueError(f"policy.inference_steps={self.inference_steps} must be in [1, train_steps={self.train_steps}]")
+        if isinstance(self.temperature, bool) or not (isinstance(self.temperature, (int, float))
+                                                      and 0.0 <= self.temperature <= 1.0):
+            raise ValueError(f"policy.temperature={self.temperature!r} must be in [0, 1] (0: deterministic sampling)")
         if self.obs_norm not in NORMALIZATIONS:
             raise ValueError(f"policy.obs_norm={self.obs_norm!r}; valid: {', '.join(NORMALIZATIONS)}")
         if self.beta_schedule not in BETA_SCHEDULES:
@@ -143,7 +150,7 @@ class DiffusionPolicy(EMAWeights, BasePolicy):
         cond = self._cond(obs)
         b = cond.shape[0]
         x = torch.randn((b, self.cfg.pred_horizon, self.spec.action_dim), generator=self.generator,
-                        device=self.device)
+                        device=self.device) * self.cfg.temperature
         net, step_films = self._inference_net()
         film_cond = self.ema.model.film_of_condition(cond)  # the observation part is the same for every step
         for step_film, (_, c_x, c_eps, c_prev, c_dir) in zip(step_films, self._ddim):
