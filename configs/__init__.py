@@ -22,6 +22,7 @@ SCHEMAS = {
     "train_reward": "robot_rl.reward.train:RewardTrainConfig",
     "deploy": "real.config:DeployConfig",
     "distributed": "robot_rl.rl.distributed.config:DistributedConfig",
+    "benchmark": "robot_rl.benchmark:BenchmarkConfig",
 }
 
 

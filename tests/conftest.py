@@ -81,6 +81,7 @@ SCRIPTS = {  # console script -> module with main (pyproject.toml [project.scrip
     "robot-rl-train-bc": "robot_rl.cli.train_bc", "robot-rl-train-residual": "robot_rl.cli.train_residual",
     "robot-rl-train-reward": "robot_rl.cli.train_reward", "robot-rl-data": "robot_rl.cli.data",
     "robot-rl-deploy": "real.cli.deploy", "robot-rl-quickstart": "robot_rl.cli.quickstart",
+    "robot-rl-benchmark": "robot_rl.cli.benchmark",
 }
 
 

@@ -224,6 +224,17 @@ ROWS = [
         lambda t, d: ["env.randomization.friction=[2,1]", f"hydra.run.dir={fresh_run(d)}"], ("friction", "min > max")),
     Row("quickstart-stages-not-a-prefix", "robot-rl-quickstart",
         lambda t, d: ["stages=[bc]", f"hydra.run.dir={fresh_run(d)}"], ("must be a prefix of",)),
+    # ---- robot-rl-benchmark (the plan is checked against the stage commands' configs before any stage runs) ------
+    Row("benchmark-unknown-task-in-only", "robot-rl-benchmark",
+        lambda t, d: ["only=[stack]", f"hydra.run.dir={fresh_run(d)}"], ("only=['stack']", "'lift'")),
+    Row("benchmark-plan-of-an-unknown-task", "robot-rl-benchmark",
+        lambda t, d: ["+tasks.stack={demos:1}", f"hydra.run.dir={fresh_run(d)}"], ("tasks.stack: no such task", "lift")),
+    Row("benchmark-budget-below-learning-starts", "robot-rl-benchmark",
+        lambda t, d: ["tasks.lift.env_steps=1000", f"hydra.run.dir={fresh_run(d)}"],
+        ("tasks.lift", "env_steps=1000 is fewer than learning_starts=5000")),
+    Row("benchmark-rl-args-set-a-budget", "robot-rl-benchmark",
+        lambda t, d: ['tasks.push.rl_args=["rl.time_budget_s=5"]', f"hydra.run.dir={fresh_run(d)}"],
+        ("tasks.push.rl_args: rl.time_budget_s is set by the benchmark itself (time_budget_s)",)),
     # ---- robot-rl-collect ---------------------------------------------------------------------------------------
     Row("collect-episodes-0", "robot-rl-collect", lambda t, d: collect_args(d, "episodes=0"), ("episodes=0",)),
     Row("collect-unknown-backend", "robot-rl-collect", lambda t, d: collect_args(d, "backend=nope"),

@@ -47,6 +47,7 @@ CASES = [
     ("train_bc", ["policy=vla"], "policy", "vla", {"kind"}),
     ("train_reward", ["data=x"], "", "train_reward", {"name", "data", "rollouts", "torch_threads", "env"}),
     ("quickstart", [], "reward", "train_reward", {"steps", "seed"}),
+    ("benchmark", [], "", "benchmark", set()),
 ]
 
 
@@ -146,6 +147,6 @@ def test_reward_training_from_python_and_the_command_line_agree(compose_cfg):
 def test_every_command_shares_the_hydra_settings_of_configs_command_yaml():
     """No command writes .hydra/ or a log before its checks (configs/command.yaml; robot_rl.common.run_dir)."""
     commands = sorted(p.stem for p in ROOT.glob("*.yaml") if p.stem != "command")
-    assert len(commands) == 9
+    assert len(commands) == 10
     for name in commands:
         assert "command" in (OmegaConf.load(ROOT / f"{name}.yaml").get("defaults") or []), name

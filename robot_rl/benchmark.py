@@ -1,0 +1,434 @@
+"""The benchmark suite: demonstrations -> BC -> residual RL -> baselines on several tasks, fixed budgets and seeds.
+
+Per task and seed, each stage is one of the user commands, run as a subprocess; its exact command line is recorded:
+
+    demos     robot-rl-collect task=T episodes=<demos> expert.noise=<demo_noise> seed=<seed> out=<demos>/episodes.zarr
+    bc        robot-rl-train-bc task=T policy=<bc_policy> data=<demos> steps=<bc_steps> seed=<seed> ...
+    residual  robot-rl-train-residual task=T base=<bc>/policy demos=<demos> rl.env_steps=... rl.seed=<seed> ...
+    scratch   the same with mode=scratch (no base), same demos and budget           (baseline_seeds)
+    sac       python -m robot_rl.rl.sb3_baseline task=T env_steps=... out=<sac>     (no demos; baseline_seeds)
+
+Layout (`runs`, default runs/benchmark): <runs>/<task>/seed<k>/<stage>/ is the stage's run directory, next to it
+<stage>.json (the record: command line, inputs, commit, machine, times) and <stage>.log (the command's output).
+A stage whose run directory has metrics.json and a record is finished and reused on the next run (the suite is
+resumable across days); an unfinished training is resumed from its checkpoints when its command is unchanged, any
+other unfinished stage starts over. `force` redoes finished stages; a stage whose inputs were redone (new demos
+under a BC, a new BC under a residual) is redone too. A finished stage whose recorded command differs from the one
+the config gives now is not silently reused or replaced: that task stops, naming the difference and the fix.
+A failing stage stops its task with one line; the other tasks go on.
+
+The budgets live in TaskPlan (one per task) and BenchmarkConfig below; configs/benchmark.yaml only selects and
+overrides. robot_rl/benchmark_table.py turns the finished runs into the table, the JSON lines and the curves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+STAGES = ("demos", "bc", "residual", "scratch", "sac")
+BASELINES = ("scratch", "sac")
+NEEDS = {"demos": (), "bc": ("demos",), "residual": ("demos", "bc"), "scratch": ("demos",), "sac": ()}
+TRAINING = ("bc", "residual", "scratch")  # commands that resume from their checkpoints
+SAC_MODULE = "robot_rl.rl.sb3_baseline"
+
+
+@dataclasses.dataclass
+class TaskPlan:
+    """One task's settings and budgets: every seed and every run of the task uses them."""
+
+    demos: int = 100  # expert demonstrations recorded per seed (robot-rl-collect episodes=)
+    demo_noise: float = 0.1  # std of Gaussian noise on the demonstrating expert's actions (expert.noise=)
+    bc_policy: str = "diffusion"  # the base policy (robot-rl-train-bc policy=, configs/bc/policy/): diffusion | vla
+    bc_steps: int = 1500  # BC gradient steps (the quickstart's: lift BC 0.22-0.28, docs/results/bc.md)
+    bc_args: list[str] = dataclasses.field(default_factory=lambda: ["warmup_steps=100"])  # more robot-rl-train-bc
+    # overrides (the quickstart's warm-up)
+    cameras: list[str] = dataclasses.field(default_factory=list)  # env.cameras of the demos, bc and residual stages
+    # (the VLA's: [front, wrist]); scratch and sac read the vector observations only
+    randomization: str = "none"  # randomization= of every stage (configs/randomization/); sac runs only with none
+    # or visual (which changes camera images only)
+    env_steps: int = 200_000  # RL budget in env transitions, the same for residual, scratch and sac
+    time_budget_s: float = 1800.0  # and in training seconds, evaluations excluded (0: no limit)
+    eval_every: int = 20_000  # env steps between evaluations (each of eval_episodes episodes)
+    eval_episodes: int = 100
+    final_eval_episodes: int = 200  # episodes of every run's final evaluation (the table's success)
+    num_envs: int = 16  # envs of the residual and scratch runs, and of every evaluation env (sac's included): with
+    # the evaluation seed they fix which episodes are evaluated
+    rl_args: list[str] = dataclasses.field(default_factory=list)  # more robot-rl-train-residual overrides (residual
+    # and scratch), e.g. [rl.residual.scale=0.3]
+    sac_args: list[str] = dataclasses.field(default_factory=list)  # more robot_rl.rl.sb3_baseline key=value arguments
+    baselines: list[str] = dataclasses.field(default_factory=lambda: list(BASELINES))  # scratch | sac
+
+    def problems(self, where: str) -> list[str]:
+        """What is wrong with this plan, each naming the key as `<where>.<key>`."""
+        out = []
+        for k, lo in (("demos", 1), ("bc_steps", 1), ("env_steps", 1), ("eval_every", 0), ("eval_episodes", 1),
+                      ("final_eval_episodes", 1), ("num_envs", 1)):
+            if getattr(self, k) < lo:
+                out.append(f"{where}.{k}={getattr(self, k)!r} must be a whole number >= {lo}")
+        for k in ("demo_noise", "time_budget_s"):
+            if not getattr(self, k) >= 0:
+                out.append(f"{where}.{k}={getattr(self, k)!r} must be a number >= 0")
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown or len(set(self.baselines)) != len(self.baselines):
+            out.append(f"{where}.baselines={self.baselines}: each at most once, of {list(BASELINES)}")
+        for k, own in (("bc_args", BC_OWN), ("rl_args", RL_OWN), ("sac_args", SAC_OWN)):
+            for a in getattr(self, k):
+                key = a.split("=", 1)[0].lstrip("+~")
+                if "=" not in a or not key:
+                    out.append(f"{where}.{k}: {a!r} is not a key=value override")
+                elif key in own or key.startswith("hydra."):
+                    out.append(f"{where}.{k}: {key} is set by the benchmark itself ({own.get(key, 'its run dirs')}); "
+                               f"change that setting instead")
+        return out
+
+
+# keys of each stage's command the benchmark sets itself, and the setting that sets them
+_EVAL = {"rl.eval_every": "eval_every", "rl.eval_episodes": "eval_episodes",
+         "rl.final_eval_episodes": "final_eval_episodes", "rl.eval_seed": "eval_seed"}
+BC_OWN = {"task": "the task's name", "policy": "bc_policy", "data": "the demos stage", "steps": "bc_steps",
+          "seed": "seeds", "env.cameras": "cameras", "randomization": "randomization"}
+RL_OWN = {"task": "the task's name", "base": "the bc stage", "demos": "the demos stage", "mode": "the stage",
+          "env.num_envs": "num_envs", "eval_num_envs": "num_envs",
+          "rl.env_steps": "env_steps", "rl.time_budget_s": "time_budget_s", "rl.seed": "seeds",
+          "env.cameras": "cameras", "randomization": "randomization", **_EVAL}
+SAC_OWN = {"task": "the task's name", "out": "the sac stage", "env_steps": "env_steps", "seed": "baseline_seeds",
+           "time_budget_s": "time_budget_s", "eval_every": "eval_every", "eval_episodes": "eval_episodes",
+           "final_eval_episodes": "final_eval_episodes", "eval_seed": "eval_seed", "eval_num_envs": "num_envs"}
+
+
+def default_tasks() -> dict[str, TaskPlan]:
+    return {
+        "lift": TaskPlan(),
+        "push": TaskPlan(),
+        "peg_insert": TaskPlan(),
+        # The VLA of docs/results/vla.md (0.72 alone, 0.975 with a residual after 40,000 env steps): 600
+        # demonstrations with front + wrist frames, 14,000 steps; its residual reads the VLA's features
+        "color_lift": TaskPlan(demos=600, bc_policy="vla", bc_steps=14_000,
+                               bc_args=["batch_size=32", "lr=5e-4", "ckpt_every=1000"], cameras=["front", "wrist"],
+                               env_steps=40_000, eval_every=10_000, rl_args=["rl.save_replay=false"]),
+    }
+
+
+@dataclasses.dataclass
+class BenchmarkConfig:
+    """The suite: which tasks, seeds and stages, where runs and results go (robot-rl-benchmark's keys)."""
+
+    tasks: dict[str, TaskPlan] = dataclasses.field(default_factory=default_tasks)  # per-task plans: change one
+    # with tasks.<task>.<key>=... (tasks.peg_insert.bc_steps=8000)
+    only: list[str] | None = None  # tasks to run, in this order (null: every task of `tasks`)
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0, 1, 2])  # demos, BC and residual per seed: the
+    # "base alone" and "base + residual" rows
+    baseline_seeds: list[int] = dataclasses.field(default_factory=lambda: [0])  # scratch (on that seed's demos) and sac
+    stages: list[str] = dataclasses.field(default_factory=lambda: list(STAGES))  # stages to run now (the others are
+    # only read: a stage that needs one not finished stops its task)
+    eval_seed: int = 1000  # evaluation episodes of every run (never a demonstration seed)
+    runs: str = "runs/benchmark"  # run directories: <runs>/<task>/seed<k>/<stage>/
+    out: str = "docs/results/tasks"  # results: <out>.md (table), <out>.jsonl, <out>_<task>.png
+    force: bool | list[str] = False  # redo finished stages: true (all) or a list of stages, e.g. [bc]
+    report_only: bool = False  # run nothing: rebuild <out>.md / .jsonl / .png from the finished runs
+
+    def __post_init__(self):
+        problems = []
+        if not self.tasks:
+            problems.append("tasks is empty: give at least one task plan")
+        for name, plan in self.tasks.items():
+            problems += plan.problems(f"tasks.{name}")
+        if self.only is not None:
+            unknown = [t for t in self.only if t not in self.tasks]
+            if unknown or not self.only or len(set(self.only)) != len(self.only):
+                problems.append(f"only={self.only}: name each task at most once, of {list(self.tasks)} (tasks.<name> "
+                                "holds a task's plan)")
+        for k in ("seeds", "baseline_seeds"):
+            v = getattr(self, k)
+            if not v or min(v) < 0 or len(set(v)) != len(v):
+                problems.append(f"{k}={v}: give distinct whole numbers >= 0")
+        if self.eval_seed < 0:
+            problems.append(f"eval_seed={self.eval_seed} must be >= 0")
+        if self.eval_seed in set(self.seeds) | set(self.baseline_seeds):
+            problems.append(f"eval_seed={self.eval_seed} is also a demonstration seed: evaluate on other episodes")
+        bad = [s for s in self.stages if s not in STAGES]
+        if bad:
+            problems.append(f"stages={self.stages}: unknown {bad}; valid: {list(STAGES)}")
+        if isinstance(self.force, list) and any(s not in STAGES for s in self.force):
+            problems.append(f"force={self.force}: true, false or a list of {list(STAGES)}")
+        for k in ("runs", "out"):
+            if not getattr(self, k):
+                problems.append(f"{k} must be a path")
+        if problems:
+            raise ValueError(problems[0])
+
+    def task_names(self) -> list[str]:
+        return list(self.only) if self.only is not None else list(self.tasks)
+
+    def forced(self, stage: str) -> bool:
+        return self.force is True or (isinstance(self.force, list) and stage in self.force)
+
+
+# ---- the plan: which stage runs which command where ---------------------------------------------------------------
+@dataclasses.dataclass
+class Stage:
+    task: str
+    seed: int
+    name: str  # one of STAGES
+    argv: list[str]  # the command line as a user types it (console script or `python -m ...`)
+    dir: Path  # its run directory
+
+    @property
+    def record_path(self) -> Path:
+        return self.dir.with_name(self.name + ".json")
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir.with_name(self.name + ".log")
+
+    def label(self) -> str:
+        return f"{self.task} seed {self.seed} {self.name}"
+
+
+def stage_dir(runs: str | Path, task: str, seed: int, stage: str) -> Path:
+    return Path(runs) / task / f"seed{seed}" / stage
+
+
+def _list(values) -> str:
+    return "[" + ",".join(str(v) for v in values) + "]"
+
+
+def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
+    """Every stage of `task` in the order they run: per seed demos, bc, residual, then the baselines."""
+    plan = cfg.tasks[task]
+    seeds = sorted(set(cfg.seeds) | (set(cfg.baseline_seeds) if plan.baselines else set()))
+    rand = [f"randomization={plan.randomization}"] if plan.randomization != "none" else []
+    cams = [f"env.cameras={_list(plan.cameras)}"] if plan.cameras else []
+    budget = [f"rl.env_steps={plan.env_steps}", f"rl.time_budget_s={plan.time_budget_s:g}",
+              f"rl.eval_every={plan.eval_every}", f"rl.eval_episodes={plan.eval_episodes}",
+              f"rl.final_eval_episodes={plan.final_eval_episodes}", f"rl.eval_seed={cfg.eval_seed}",
+              f"env.num_envs={plan.num_envs}"]
+    out = []
+    for seed in seeds:
+        d = {s: stage_dir(cfg.runs, task, seed, s) for s in STAGES}
+        store, base = d["demos"] / "episodes.zarr", d["bc"] / "policy"
+        need_demos = seed in cfg.seeds or "scratch" in plan.baselines
+        if need_demos:
+            out.append(Stage(task, seed, "demos", [
+                "robot-rl-collect", f"task={task}", f"episodes={plan.demos}", f"expert.noise={plan.demo_noise:g}",
+                f"seed={seed}", f"out={store}", *rand, *cams, f"hydra.run.dir={d['demos']}"], d["demos"]))
+        if seed in cfg.seeds:
+            out.append(Stage(task, seed, "bc", [
+                "robot-rl-train-bc", f"task={task}", f"policy={plan.bc_policy}", f"data={store}",
+                f"steps={plan.bc_steps}", f"seed={seed}", "final_eval=false", "videos=0", *rand, *cams, *plan.bc_args,
+                f"hydra.run.dir={d['bc']}"], d["bc"]))
+            out.append(Stage(task, seed, "residual", [
+                "robot-rl-train-residual", f"task={task}", f"base={base}", f"demos={store}", *budget,
+                f"rl.seed={seed}", *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['residual']}"], d["residual"]))
+        if seed in cfg.baseline_seeds:
+            if "scratch" in plan.baselines:
+                out.append(Stage(task, seed, "scratch", [
+                    "robot-rl-train-residual", f"task={task}", "mode=scratch", f"demos={store}", *budget,
+                    f"rl.seed={seed}", *rand, *plan.rl_args, f"hydra.run.dir={d['scratch']}"], d["scratch"]))
+            if "sac" in plan.baselines:
+                out.append(Stage(task, seed, "sac", [
+                    "python", "-m", SAC_MODULE, f"task={task}", f"env_steps={plan.env_steps}",
+                    f"time_budget_s={plan.time_budget_s:g}", f"eval_every={plan.eval_every}",
+                    f"eval_episodes={plan.eval_episodes}", f"final_eval_episodes={plan.final_eval_episodes}",
+                    f"eval_seed={cfg.eval_seed}", f"eval_num_envs={plan.num_envs}", f"seed={seed}", *plan.sac_args,
+                    f"out={d['sac']}"], d["sac"]))
+    return out
+
+
+# ---- records ------------------------------------------------------------------------------------------------------
+def read_record(stage: Stage) -> dict | None:
+    """The stage's record, or None when there is none (or it cannot be read: then the stage counts as not run)."""
+    try:
+        rec = json.loads(stage.record_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def is_finished(stage: Stage) -> bool:
+    rec = read_record(stage)
+    return rec is not None and rec.get("finished") is not None and (stage.dir / "metrics.json").is_file()
+
+
+def commit() -> str:
+    """Short hash of the checkout the commands run from (with -dirty for uncommitted changes), or 'unknown'."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head + ("-dirty" if dirty else "")) if head else "unknown"
+
+
+def machine() -> str:
+    """'<n> cores, <CPU model>' of this machine."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+class StageFailed(RuntimeError):
+    """A stage could not run or finish; the message is one line naming the stage and where to look."""
+
+
+def executable(argv: list[str]) -> list[str]:
+    """argv with its program resolved: `python` is this interpreter, a console script the one next to it."""
+    if argv[0] == "python":
+        return [sys.executable, *argv[1:]]
+    local = Path(sys.executable).with_name(argv[0])
+    found = str(local) if local.is_file() else shutil.which(argv[0])
+    if found is None:
+        raise StageFailed(f"{argv[0]} not found next to {sys.executable} or on PATH: install the project "
+                          "(pip install -e .)")
+    return [found, *argv[1:]]
+
+
+def last_error(log: Path) -> str:
+    """The command's one-line error from its log (the last 'error:' line), else its last line."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    errors = [ln for ln in lines if ": error: " in ln or ln.startswith(("Traceback", "Error", "Exception"))]
+    tail = [ln for ln in lines if not ln.startswith("File ")]
+    return (errors or tail or ["(no output)"])[-1][:400]
+
+
+# ---- running ------------------------------------------------------------------------------------------------------
+class Runner:
+    """Runs the stages of a task in order: reuse, resume, redo or stop, as the module docstring says."""
+
+    def __init__(self, cfg: BenchmarkConfig, say=print):
+        self.cfg, self.say = cfg, say
+        self.redone: set[tuple[str, int, str]] = set()  # stages run in this invocation
+        self.commit, self.machine = commit(), machine()
+
+    def inputs(self, stage: Stage) -> dict:
+        """{upstream stage: its record id}: a redone upstream makes this stage's result stale."""
+        out = {}
+        for up in NEEDS[stage.name]:
+            rec = read_record(dataclasses.replace(stage, name=up, dir=stage.dir.with_name(up)))
+            out[up] = rec.get("id") if rec else None
+        return out
+
+    def decide(self, stage: Stage) -> str:
+        """reuse | run | resume, or StageFailed when a finished stage's recorded command differs."""
+        rec = read_record(stage)
+        finished = is_finished(stage)
+        forced = self.cfg.forced(stage.name) and (stage.task, stage.seed, stage.name) not in self.redone
+        if finished and not forced:
+            if rec.get("argv") != stage.argv:
+                old, new = rec.get("argv") or [], stage.argv
+                diff = [f"{a} -> {b}" for a, b in zip(old, new) if a != b] or [
+                    f"{shlex.join(old)} -> {shlex.join(new)}"]
+                raise StageFailed(
+                    f"{stage.label()}: {stage.dir} was made by another command ({'; '.join(diff[:3])}); redo it with "
+                    f"force=[{stage.name}] (the stages that use it are redone too), or restore the setting")
+            if rec.get("inputs") != self.inputs(stage):
+                return "run"  # an input was redone since: this result belongs to the old one
+            return "reuse"
+        if (not forced and rec is not None and stage.name in TRAINING and rec.get("argv") == stage.argv
+                and rec.get("inputs") == self.inputs(stage) and (stage.dir / "checkpoints" / "latest.json").is_file()):
+            return "resume"
+        return "run"
+
+    def run(self, stage: Stage) -> dict:
+        """Run (or resume) one stage's command; its metrics. StageFailed with one line when it fails."""
+        how = self.decide(stage)
+        if how == "reuse":
+            return json.loads((stage.dir / "metrics.json").read_text())
+        missing = [up for up in NEEDS[stage.name] if not is_finished(dataclasses.replace(
+            stage, name=up, dir=stage.dir.with_name(up)))]
+        if missing:
+            raise StageFailed(f"{stage.label()} needs the {missing[0]} stage, which has not finished (add it to "
+                              f"stages={self.cfg.stages})")
+        if how == "run":
+            if stage.dir.exists():
+                shutil.rmtree(stage.dir)
+            stage.record_path.unlink(missing_ok=True)
+        from robot_rl.common.atomic import atomic_write_text
+
+        record = {"id": uuid.uuid4().hex, "argv": stage.argv, "command": shlex.join(stage.argv),
+                  "inputs": self.inputs(stage), "commit": self.commit, "machine": self.machine, "started": _now(),
+                  "finished": None, "resumed": how == "resume"}
+        stage.dir.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stage.record_path, json.dumps(record, indent=2) + "\n")
+        self.say(f"{stage.label()}: {'resuming' if how == 'resume' else 'running'} {record['command']}")
+        t0 = time.perf_counter()
+        with open(stage.log_path, "a") as log:
+            log.write(f"\n==== {_now()} {record['command']}\n")
+            log.flush()
+            proc = subprocess.Popen(executable(stage.argv), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=dict(os.environ, COLUMNS="120"))
+            try:
+                code = proc.wait()
+            except BaseException:  # Ctrl-C: stop the command too (a training keeps its checkpoints for a resume)
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                raise
+        wall = time.perf_counter() - t0
+        if code != 0:
+            raise StageFailed(f"{stage.label()} failed (exit {code}): {last_error(stage.log_path)} (log: "
+                              f"{stage.log_path})")
+        if not (stage.dir / "metrics.json").is_file():
+            raise StageFailed(f"{stage.label()} exited 0 but wrote no {stage.dir / 'metrics.json'} (log: "
+                              f"{stage.log_path})")
+        record.update(finished=_now(), wall_s=wall)
+        atomic_write_text(stage.record_path, json.dumps(record, indent=2) + "\n")
+        self.redone.add((stage.task, stage.seed, stage.name))
+        return json.loads((stage.dir / "metrics.json").read_text())
+
+    def run_task(self, task: str, progress=None) -> str | None:
+        """The selected stages of `task`; None when all finished, else the one line that stopped the task."""
+        stages = [s for s in task_stages(self.cfg, task) if s.name in self.cfg.stages]
+        for i, stage in enumerate(stages):
+            try:
+                t0 = time.perf_counter()
+                reused = self.decide(stage) == "reuse"
+                m = self.run(stage)
+                self.say(f"{stage.label()}: {'reused' if reused else f'done in {time.perf_counter() - t0:.0f} s'}"
+                         f"{summary(stage.name, m)}")
+            except StageFailed as e:
+                if progress is not None:
+                    progress(len(stages) - i)  # the task's other stages will not run
+                return str(e)
+            if progress is not None:
+                progress(1)
+        return None
+
+
+def summary(name: str, m: dict) -> str:
+    """'; <what the stage's metrics say>' in a few words."""
+    if name == "demos":
+        return f"; {m.get('episodes')} episodes, success {m.get('success_rate', 0):.2f}"
+    if name == "bc":
+        return f"; {m.get('steps')} steps, {m.get('train_time_s', 0):.0f} s of training"
+    if "success_rate" in m:
+        return (f"; success {m['success_rate']:.3f} after {m.get('env_steps', 0):,} env steps, "
+                f"{m.get('train_time_s', 0):.0f} s of training")
+    return ""
