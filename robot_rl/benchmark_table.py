@@ -19,10 +19,11 @@ from pathlib import Path
 from robot_rl.benchmark import BenchmarkConfig, machine, read_record, stage_dir, task_stages
 from robot_rl.evaluation import wilson_interval
 from robot_rl.rl.compare import first_reaching, load_curve, load_group, plot_comparison
+from sim.config import EnvConfig
 
 LEVELS = (0.5, 0.8, 0.9)
 ROWS = (("base", "base alone"), ("residual", "base + residual"), ("scratch", "RL from scratch"), ("sac", "SB3 SAC"))
-DEFAULT_HZ = 20.0  # sim.config.EnvConfig.control_hz, for runs whose records do not say
+DEFAULT_HZ = EnvConfig.control_hz  # for runs whose records do not say
 
 
 def read_metrics(run_dir: Path) -> dict | None:

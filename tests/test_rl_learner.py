@@ -201,3 +201,22 @@ def test_a_lowered_shaping_weight_gives_the_targets_of_rewards_labeled_with_it()
     torch.testing.assert_close(targets(0.5, 0.1), at_01)
     assert not torch.allclose(targets(0.5, 0.5), at_01, atol=1e-3)  # the weight does move the targets
     torch.testing.assert_close(targets(0.5, 0.0), targets(0.0, 0.0))  # decayed to 0: the unshaped targets
+
+
+def test_a_pessimistic_actor_maximizes_the_heads_mean_minus_their_spread():
+    """actor_pessimism k: the actor loss is -(mean - k std) over the heads (+ the L2 term), the same batch and
+    weights give the mean's loss at k = 0 (critic_lr ~0: the critic step before the actor's leaves the heads as they were)."""
+    losses = {}
+    for k in (0.0, 2.0):
+        lrn = _learner(critic_warmup=0, policy_delay=1, actor_pessimism=k, actor_l2=0.0, critic_lr=1e-12)
+        with torch.no_grad():
+            for p in lrn.critic.parameters():
+                p.add_(0.1 * torch.randn_like(p))  # heads that disagree
+        b = {kk: torch.as_tensor(v) for kk, v in _batch().items()}
+        obs_n = lrn.actor.normalize(b["obs"])
+        with torch.no_grad():
+            action = (b["base_action"] + lrn.actor(obs_n, b["base_action"])).clamp(-1, 1)
+            q = lrn.critic(lrn._critic_in(obs_n, b["base_action"], action))
+        losses[k] = (lrn.update(_batch())["actor_loss"], float(-(q.mean(0) - k * q.std(0)).mean()))
+    assert losses[0.0][0] == pytest.approx(losses[0.0][1], rel=1e-5)
+    assert losses[2.0][0] == pytest.approx(losses[2.0][1], rel=1e-5) and losses[2.0][0] > losses[0.0][0]

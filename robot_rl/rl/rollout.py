@@ -36,9 +36,10 @@ REWARDS = ("success", "env", "learned")
 
 
 class Collector:
-    def __init__(self, env, policy: ResidualPolicy, replay: Replay, reward: str = "success", explore_std: float = 0.5,
+    def __init__(self, env, policy: ResidualPolicy, replay: Replay, reward: str = "success", explore_std: float = 0.0,
                  seed: int = 0, learned=None, hil=None):
-        """`learned`: a robot_rl.reward.LearnedReward; required by reward="learned", optional shaping with
+        """`explore_std`: std of the residual's exploration noise as a fraction of its scale (training passes
+        rl.explore_std). `learned`: a robot_rl.reward.LearnedReward; required by reward="learned", optional shaping with
         "success" (then built with success="env"). `hil`: a robot_rl.hil.InterventionController (a human or the
         scripted human) that may take over envs; its steps are executed, flagged and recorded."""
         if reward not in REWARDS:

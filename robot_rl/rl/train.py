@@ -77,7 +77,10 @@ class ResidualRLConfig:
     # configs/hil/scripted.yaml)
     hil: dict = dataclasses.field(default_factory=dict)
     intervention_capacity: int = 100_000  # room for human transitions in the demo buffer (they also go to replay)
-    explore_std: float = 0.5  # std of Gaussian noise on the residual in rollouts, as a fraction of residual.scale
+    # std of Gaussian noise on the residual in rollouts, as a fraction of residual.scale. 0.1 (0.05 in action units):
+    # the peg_insert base (0.41) keeps 0.25 of its successes under 0.05 of action noise and none under 0.25, the
+    # old default's; with 0.5 its rollouts never succeeded (docs/results/residual_rl.md)
+    explore_std: float = 0.1
     replay_capacity: int = 300_000  # online transitions kept
     eval_every: int = 20_000  # env steps between evaluations (0: only the final one)
     eval_episodes: int = 100  # episodes per periodic evaluation
@@ -141,9 +144,11 @@ class ResidualRLConfig:
 
 
 def from_scratch(cfg: ResidualRLConfig) -> ResidualRLConfig:
-    """The RL-from-scratch baseline of `cfg` (use with base=None): full-range actions, TD3's usual noise."""
+    """The RL-from-scratch baseline of `cfg` (use with base=None): full-range actions, TD3's usual noise, no pull
+    toward action 0 (learner.actor_l2 keeps a residual near its base; without a base there is nothing to stay near)."""
     residual = dataclasses.replace(cfg.residual, scale=1.0)
-    return dataclasses.replace(cfg, residual=residual, explore_std=0.2)
+    learner = dataclasses.replace(cfg.learner, actor_l2=0.0)
+    return dataclasses.replace(cfg, residual=residual, learner=learner, explore_std=0.2)
 
 
 def base_fingerprint(base) -> dict:
