@@ -28,6 +28,7 @@ HYDRA = {
     "robot-rl-teleop": "teleop",
     "robot-rl-deploy": "deploy",
     "robot-rl-sim-driver": "sim_driver",
+    "robot-rl-benchmark": "benchmark",
 }
 # argparse commands -> module whose parser() builds their argument parser
 ARGPARSE = {
