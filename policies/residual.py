@@ -64,6 +64,16 @@ class ResidualConfig:
 
 
 
+def prefixed(tensors: dict, prefix: str) -> dict:
+    """The entries of `tensors` under `prefix`, with it removed (state_tensors' "actor." and "base." parts)."""
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def actor_state(tensors: dict) -> dict:
+    """The residual actor's state_dict inside a ResidualPolicy checkpoint's tensors."""
+    return prefixed(tensors, "actor.")
+
+
 def flatten_obs(obs: dict[str, np.ndarray], keys: tuple[str, ...]) -> np.ndarray:
     """Concatenate observation keys (in `keys` order) along the last axis, float32."""
     return np.concatenate([np.asarray(obs[k], dtype=np.float32) for k in keys], axis=-1)
@@ -233,13 +243,13 @@ class ResidualPolicy(BasePolicy):
                 raise CheckpointError(
                     f"this residual policy was trained on a {b.get('class')} base, which is code, not a checkpoint; "
                     "it cannot be loaded on its own")
-            base_tensors = {k[5:]: v for k, v in tensors.items() if k.startswith("base.")}
+            base_tensors = prefixed(tensors, "base.")
             base = policy_class(b["kind"]).from_checkpoint(base_tensors, b["config"], PolicySpec.from_dict(b["spec"]),
                                                            device)
         obs_dim = sum(spec.obs_dims.values()) + base_feature_dim(base, cfg)
         actor = ResidualActor(obs_dim, spec.action_dim, cfg)
         try:
-            actor.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("actor.")})
+            actor.load_state_dict(actor_state(tensors))
         except RuntimeError as e:
             raise SpecMismatch(f"checkpoint actor weights do not fit its config: {str(e).splitlines()[0]}") from None
         return cls(base, actor, spec, device)

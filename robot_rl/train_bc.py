@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from robot_rl.common import checkpoint
+from robot_rl.common.config import check_whole
 from robot_rl.common.run_dir import write_metrics
 
 # Changing any of these between a checkpoint and its resume would silently train another model
@@ -78,12 +79,9 @@ class BCConfig:
         if not (isinstance(self.data, str) and self.data) and not many:
             raise ValueError("data=PATH (or data=[PATH1,PATH2] to mix stores) must name episode stores "
                              "(robot-rl-collect out=PATH and robot-rl-teleop out=PATH write them)")
-        for k, least in (("steps", 1), ("batch_size", 1), ("log_every", 1), ("ckpt_every", 1), ("keep_checkpoints", 1),
-                         ("eval_episodes", 1), ("warmup_steps", 0), ("eval_every", 0), ("videos", 0), ("seed", 0),
-                         ("eval_seed", 0)):
-            v = getattr(self, k)
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= least):
-                raise ValueError(f"{k}={v!r} must be a whole number >= {least}")
+        check_whole(self, {"steps": 1, "batch_size": 1, "log_every": 1, "ckpt_every": 1, "keep_checkpoints": 1,
+                           "eval_episodes": 1, "warmup_steps": 0, "eval_every": 0, "videos": 0, "seed": 0,
+                           "eval_seed": 0})
         for k in ("lr", "grad_clip"):
             if not (_num(getattr(self, k)) and getattr(self, k) > 0):
                 raise ValueError(f"{k}={getattr(self, k)!r} must be a number > 0")
@@ -396,8 +394,7 @@ class BCWorkspace:
                 self.save()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
                 m = self.evaluate()
-                log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"]}, self.step,
-                            prefix="eval/")
+                log.evaluation(m, self.step)
             if task is not None:
                 bar.update(task, completed=self.step)
         train_time = time.perf_counter() - t0
@@ -405,8 +402,7 @@ class BCWorkspace:
         final = None
         if cfg.final_eval:
             final = self.evaluate(videos=cfg.videos)
-            log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"]}, self.step,
-                        prefix="eval/")
+            log.evaluation(final, self.step)
         return {"final_eval": final, "train_time_s": train_time, "steps": self.step,
                 "final_loss": log.last("train/loss")}
 

@@ -48,6 +48,17 @@ def from_mapping(cls: type[T], node: Any, path: str = "") -> T:
     return cls(**kwargs)
 
 
+def check_whole(obj: Any, minimums: dict[str, int], prefix: str = "") -> None:
+    """ValueError naming the first attribute of `obj` in `minimums` that is not a whole number >= its minimum
+    (`prefix` goes before the key in the message, e.g. "distributed.")."""
+    import numpy as np
+
+    for name, lo in minimums.items():
+        v = getattr(obj, name)
+        if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
+            raise ValueError(f"{prefix}{name}={v!r} must be a whole number >= {lo}")
+
+
 def defaults(cls: type, **required: Any) -> dict:
     """The defaults of dataclass `cls` as plain data (tuples as lists); fields without a default are
     MISSING ('???') unless given in `required`."""

@@ -45,6 +45,14 @@ class RunLog:
             self._add(prefix + k, v, step)
         self.tb.flush()  # in the events file now: a killed run loses none of it
 
+    def evaluation(self, m: dict, step: int, train_time_s: float | None = None) -> None:
+        """An evaluation's eval/success_rate and eval/mean_return (robot_rl.evaluation metrics `m`) at `step`, with
+        eval/train_time_s when given (the x of time-axis comparisons)."""
+        values = {"success_rate": m["success_rate"], "mean_return": m["mean_return"]}
+        if train_time_s is not None:
+            values["train_time_s"] = train_time_s
+        self.scalars(values, step, prefix="eval/")
+
     def last(self, tag: str, default=None):
         points = self.history.get(tag)
         return points[-1][1] if points else default

@@ -63,15 +63,15 @@ class SB3BaselineConfig:
     def __post_init__(self):
         if not self.out:
             raise ValueError("out=PATH must name the run directory to write")
-        whole = {"env_steps": 1, "eval_every": 0, "eval_episodes": 1, "final_eval_episodes": 1, "eval_seed": 0,
-                 "eval_num_envs": 1, "seed": 0, "log_every": 1, "buffer_size": 1, "learning_starts": 0,
-                 "batch_size": 1, "train_freq": 1, "gradient_steps": 1, "torch_threads": 0}
-        for name, lo in whole.items():
-            if getattr(self, name) < lo:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be a whole number >= {lo}")
-        if self.env_steps <= self.learning_starts:
-            raise ValueError(f"env_steps={self.env_steps} is not more than learning_starts={self.learning_starts}: the "
-                             "budget ends before the first gradient update. Raise env_steps or lower learning_starts")
+        from robot_rl.common.config import check_whole
+        from robot_rl.rl.train import check_budget
+
+        check_whole(self, {"env_steps": 1, "eval_every": 0, "eval_episodes": 1, "final_eval_episodes": 1,
+                           "eval_seed": 0, "eval_num_envs": 1, "seed": 0, "log_every": 1, "buffer_size": 1,
+                           "learning_starts": 0, "batch_size": 1, "train_freq": 1, "gradient_steps": 1,
+                           "torch_threads": 0})
+        check_budget(self.env_steps, self.learning_starts, first_update=self.learning_starts + 1)  # SB3 trains
+        # once num_timesteps > learning_starts
         for name in ("learning_rate", "gamma", "tau"):
             if not 0 < getattr(self, name) <= (1 if name != "learning_rate" else np.inf):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a number > 0" +
@@ -170,8 +170,7 @@ def train(cfg: SB3BaselineConfig, log, bar=None) -> dict:
                 state.update(window=[], t=now, steps=step)
             if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.env_steps:
                 m = evaluate(cfg.eval_episodes)
-                log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"],
-                             "train_time_s": clock.now()}, step, prefix="eval/")
+                log.evaluation(m, step, clock.now())
             if bar_task is not None:
                 bar.update(bar_task, completed=clock.now() if budget else step)
             return not (budget and clock.now() >= budget)
@@ -180,8 +179,7 @@ def train(cfg: SB3BaselineConfig, log, bar=None) -> dict:
         model.learn(total_timesteps=cfg.env_steps, callback=Hooks())
         train_time, steps = clock.now(), int(model.num_timesteps)
         final = evaluate(cfg.final_eval_episodes)
-        log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"],
-                     "train_time_s": train_time}, steps, prefix="eval/")
+        log.evaluation(final, steps, train_time)
         model.save(out / "sac_model.zip")
     finally:
         env.close()
@@ -205,19 +203,14 @@ def _SuccessReward(env):
 
 
 def write_results(out: Path, log, result: dict, cfg: SB3BaselineConfig, wall_time_s: float) -> None:
-    """metrics.json in the residual runs' format, and curves.png."""
-    from robot_rl.common.run_dir import write_metrics
-
-    final = result["final_eval"]
+    """metrics.json through the residual runs' writer (robot_rl.rl.train.write_results), and curves.png."""
     import stable_baselines3
 
-    write_metrics(out, {
+    from robot_rl.rl.train import write_results as write_run_results
+
+    write_run_results(out, log, result, {
         "mode": "sac", "algorithm": f"stable-baselines3 {stable_baselines3.__version__} SAC", "task": cfg.task,
-        "reward": cfg.reward, **{k: v for k, v in result.items() if k != "final_eval"},
-        "success_rate": final["success_rate"], "success_ci95": final["success_ci95"],
-        "eval": {k: v for k, v in final.items() if k != "episode_ids"}, "eval_episode_ids": final["episode_ids"],
-        "wall_time_s": wall_time_s, "config": dataclasses.asdict(cfg), "history": log.history_json(),
-    })
+        "reward": cfg.reward, "wall_time_s": wall_time_s, "config": dataclasses.asdict(cfg)})
     log.plot(out / "curves.png", ["eval/success_rate", "rollout/success_rate", "train/critic_loss",
                                   "perf/env_steps_per_s"], title=f"SB3 SAC {cfg.task}")
 

@@ -42,8 +42,8 @@ import torch
 from robot_rl.common import checkpoint
 from robot_rl.rl.learner import Learner, LearnerConfig
 from robot_rl.rl.replay import Replay, add_transitions, demo_replay, sample_mixed
-from policies.residual import ResidualConfig, ResidualPolicy
-from robot_rl.common.config import from_mapping
+from policies.residual import ResidualConfig, ResidualPolicy, actor_state
+from robot_rl.common.config import check_whole, from_mapping
 from robot_rl.rl.rollout import REWARDS, Collector
 from robot_rl.rl.watch import EvalWatch
 from robot_rl.common.run_dir import write_metrics
@@ -78,8 +78,8 @@ class ResidualRLConfig:
     hil: dict = dataclasses.field(default_factory=dict)
     intervention_capacity: int = 100_000  # room for human transitions in the demo buffer (they also go to replay)
     # std of Gaussian noise on the residual in rollouts, as a fraction of residual.scale. 0.1 (0.05 in action units):
-    # the peg_insert base (0.41) keeps 0.25 of its successes under 0.05 of action noise and none under 0.25, the
-    # old default's; with 0.5 its rollouts never succeeded (docs/results/residual_rl.md)
+    # the peg_insert base (0.41) scores 0.25 under N(0, 0.05) action noise and 0.00 under N(0, 0.25), the old
+    # default's; with 0.5 its training rollouts never succeeded (docs/results/residual_rl.md)
     explore_std: float = 0.1
     replay_capacity: int = 300_000  # online transitions kept
     eval_every: int = 20_000  # env steps between evaluations (0: only the final one)
@@ -103,18 +103,11 @@ class ResidualRLConfig:
             self.residual = from_mapping(ResidualConfig, self.residual, "residual")
         if isinstance(self.learner, dict):
             self.learner = from_mapping(LearnerConfig, self.learner, "learner")
-        whole = {"env_steps": 1, "learning_starts": 0, "replay_capacity": 1, "eval_every": 0, "eval_episodes": 1,
-                 "final_eval_episodes": 0, "videos": 0, "eval_seed": 0, "log_every": 1, "ckpt_every": 1,
-                 "keep_checkpoints": 1, "seed": 0, "shaping_decay_steps": 0, "below_base_window": 0}
-        for name, lo in whole.items():
-            v = getattr(self, name)
-            if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
-                raise ValueError(f"{name}={v!r} must be a whole number >= {lo}")
-        if self.env_steps < self.learning_starts:
-            raise ValueError(
-                f"env_steps={self.env_steps} is fewer than learning_starts={self.learning_starts}: the budget ends "
-                f"before the first gradient update, so nothing would be learned. Raise env_steps (e.g. "
-                f"{max(10 * self.learning_starts, 1000)}) or lower learning_starts")
+        check_whole(self, {"env_steps": 1, "learning_starts": 0, "replay_capacity": 1, "eval_every": 0,
+                           "eval_episodes": 1, "final_eval_episodes": 0, "videos": 0, "eval_seed": 0, "log_every": 1,
+                           "ckpt_every": 1, "keep_checkpoints": 1, "seed": 0, "shaping_decay_steps": 0,
+                           "below_base_window": 0})
+        check_budget(self.env_steps, self.learning_starts)  # updates start at env step learning_starts
         if not (self.utd > 0 and np.isfinite(self.utd)):
             raise ValueError(f"utd={self.utd!r} must be a number > 0 (gradient updates per env transition)")
         if not 0.0 <= self.demo_fraction < 1.0:
@@ -141,6 +134,18 @@ class ResidualRLConfig:
             raise ValueError(f"explore_std={self.explore_std!r} must be >= 0")
         if not self.time_budget_s >= 0:
             raise ValueError(f"time_budget_s={self.time_budget_s!r} must be >= 0 (0: no limit)")
+
+
+def check_budget(env_steps: int, learning_starts: int, first_update: int | None = None) -> None:
+    """Refuse an env-step budget that ends before the first gradient update (at env step `first_update`, by default
+    learning_starts; SB3 updates from learning_starts + 1), naming both numbers."""
+    first = learning_starts if first_update is None else first_update
+    if env_steps < first:
+        what = "fewer than" if first == learning_starts else "not more than"
+        raise ValueError(
+            f"env_steps={env_steps} is {what} learning_starts={learning_starts}: the budget ends before the first "
+            f"gradient update, so nothing would be learned. Raise env_steps (e.g. {max(10 * learning_starts, 1000)}) "
+            "or lower learning_starts")
 
 
 def from_scratch(cfg: ResidualRLConfig) -> ResidualRLConfig:
@@ -243,7 +248,7 @@ class ResidualWorkspace:
         if found is None:
             return False
         tensors, train = found
-        self.policy.actor.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("actor.")})
+        self.policy.actor.load_state_dict(actor_state(tensors))
         self.learner.load_state(checkpoint.unflatten(train["learner"], tensors))
         if "replay" in train:
             self.replay.load_state(checkpoint.unflatten(train["replay"], tensors))
@@ -328,12 +333,17 @@ class ResidualWorkspace:
         if weights is None:
             self.policy.save(self.ckpt_dir / "best")
             return
-        current = {k: v.clone() for k, v in self.policy.actor.state_dict().items()}
-        self.policy.actor.load_state_dict(weights)
+        current = self.swap_actor(weights)
         try:
             self.policy.save(self.ckpt_dir / "best")
         finally:
-            self.policy.actor.load_state_dict(current)
+            self.swap_actor(current)
+
+    def swap_actor(self, weights: dict) -> dict:
+        """Load `weights` (an actor state_dict) into the acting residual; returns a copy of the ones it replaced."""
+        current = {k: v.clone() for k, v in self.policy.actor.state_dict().items()}
+        self.policy.actor.load_state_dict(weights)
+        return current
 
     def keep_best(self, final: dict, evaluate) -> dict:
         """policy/ is the best evaluated policy. `final` is the last policy's final evaluation; when an earlier
@@ -343,12 +353,10 @@ class ResidualWorkspace:
         last = {**final, "policy_from": {"env_steps": step, "which": "last"}}
         if best is None or best["env_steps"] == step or best["success_rate"] <= final["success_rate"]:
             return last
-        current = {k: v.clone() for k, v in self.policy.actor.state_dict().items()}
-        tensors, _ = checkpoint.load(self.ckpt_dir / "best")
-        self.policy.actor.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("actor.")})
+        current = self.swap_actor(actor_state(checkpoint.load(self.ckpt_dir / "best")[0]))
         m = evaluate()
         if m["success_rate"] <= final["success_rate"]:
-            self.policy.actor.load_state_dict(current)
+            self.swap_actor(current)
             return last
         return {**m, "policy_from": {"env_steps": best["env_steps"], "which": "best"},
                 "last_eval": {k: v for k, v in final.items() if k != "episode_ids"}}
@@ -432,8 +440,7 @@ class ResidualWorkspace:
             if crossed(cfg.eval_every) and self.env_steps < cfg.env_steps:
                 with clock.paused():
                     m = self.evaluate()
-                log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"],
-                             "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
+                log.evaluation(m, self.env_steps, self.train_time)
                 self.note_eval(m)
             if crossed(cfg.ckpt_every):
                 self.save()
@@ -449,8 +456,7 @@ class ResidualWorkspace:
             episodes = cfg.final_eval_episodes or cfg.eval_episodes
             with clock.paused():
                 final = self.evaluate(episodes, videos=cfg.videos)
-                log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"],
-                             "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
+                log.evaluation(final, self.env_steps, self.train_time)
                 final = self.keep_best(final, lambda: self.evaluate(episodes, videos=cfg.videos))
         self.policy.save(self.run_dir / "policy")
         log.plot(self.run_dir / "curves.png",

@@ -6,9 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from robot_rl.common.config import from_mapping
+from robot_rl.common.config import check_whole, from_mapping
 
 
 if TYPE_CHECKING:
@@ -82,13 +80,9 @@ class DistributedConfig:
     robots: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
-        checks = [("actors", 0), ("batch_steps", 1), ("max_in_flight", 1), ("weight_sync_every", 1),
-                  ("retain_batches", 0), ("max_actor_restarts", 0), ("actor_threads", 1), ("num_cpus", 0),
-                  ("object_store_mb", 80)]
-        for name, lo in checks:
-            v = getattr(self, name)
-            if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
-                raise ValueError(f"distributed.{name}={v!r} must be a whole number >= {lo}")
+        check_whole(self, {"actors": 0, "batch_steps": 1, "max_in_flight": 1, "weight_sync_every": 1,
+                           "retain_batches": 0, "max_actor_restarts": 0, "actor_threads": 1, "num_cpus": 0,
+                           "object_store_mb": 80}, prefix="distributed.")
         if not self.actor_timeout_s > 0:
             raise ValueError(f"distributed.actor_timeout_s={self.actor_timeout_s!r} must be > 0")
         if not self.actor_cpus >= 0:

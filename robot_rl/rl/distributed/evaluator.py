@@ -53,8 +53,7 @@ class Evaluator:
             print(f"distributed: the evaluation actor died; evaluation at env step {step} skipped", flush=True)
             self._start()
             return
-        log.scalars({"success_rate": m["success_rate"], "mean_return": m["mean_return"], "train_time_s": train_time},
-                    step, prefix="eval/")
+        log.evaluation(m, step, train_time)
         self.ws.note_eval(m, step, {k: torch.as_tensor(v) for k, v in weights.items()})
 
     def final(self, episodes: int, videos: int) -> dict:

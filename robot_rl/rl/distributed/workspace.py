@@ -211,8 +211,7 @@ class DistributedWorkspace(ResidualWorkspace):
                     if cfg.final_eval:
                         episodes = cfg.final_eval_episodes or cfg.eval_episodes
                         final = evaluator.final(episodes, cfg.videos)
-                        log.scalars({"success_rate": final["success_rate"], "mean_return": final["mean_return"],
-                                     "train_time_s": self.train_time}, self.env_steps, prefix="eval/")
+                        log.evaluation(final, self.env_steps, self.train_time)
                         final = self.keep_best(final, lambda: evaluator.final(episodes, cfg.videos))
             self.policy.save(self.run_dir / "policy")
             log.plot(self.run_dir / "curves.png",
