@@ -139,6 +139,9 @@ class BenchmarkConfig:
     out: str = "docs/results/tasks"  # results: <out>.md (table), <out>.jsonl, <out>_<task>.png
     force: bool | list[str] = False  # redo finished stages: true (all) or a list of stages, e.g. [bc]
     report_only: bool = False  # run nothing: rebuild <out>.md / .jsonl / .png from the finished runs
+    jobs: int = 1  # stages run at once: a stage starts once the stages it needs have finished (a seed's BC next to
+    # another seed's or next to the baselines). Every command trains on one thread: jobs = the cores to use. Stages
+    # that shared the cores say so in their records ("jobs"); their wall times are contended
 
     def __post_init__(self):
         problems = []
@@ -155,6 +158,8 @@ class BenchmarkConfig:
             v = getattr(self, k)
             if not v or min(v) < 0 or len(set(v)) != len(v):
                 problems.append(f"{k}={v}: give distinct whole numbers >= 0")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            problems.append(f"jobs={self.jobs!r} must be a whole number >= 1 (the stages run at once)")
         if self.eval_seed < 0:
             problems.append(f"eval_seed={self.eval_seed} must be >= 0")
         if self.eval_seed in set(self.seeds) | set(self.baseline_seeds):
@@ -327,6 +332,7 @@ class Runner:
     def __init__(self, cfg: BenchmarkConfig, say=print):
         self.cfg, self.say = cfg, say
         self.redone: set[tuple[str, int, str]] = set()  # stages run in this invocation
+        self.procs: set[subprocess.Popen] = set()  # the commands running now
         self.commit, self.machine = commit(), machine()
 
     def inputs(self, stage: Stage) -> dict:
@@ -375,7 +381,8 @@ class Runner:
         from robot_rl.common.atomic import atomic_write_text
 
         record = {"id": uuid.uuid4().hex, "argv": stage.argv, "command": shlex.join(stage.argv),
-                  "inputs": self.inputs(stage), "commit": self.commit, "machine": self.machine, "started": _now(),
+                  "inputs": self.inputs(stage), "commit": self.commit, "machine": self.machine,
+                  "jobs": self.cfg.jobs, "started": _now(),
                   "finished": None, "resumed": how == "resume"}
         stage.dir.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(stage.record_path, json.dumps(record, indent=2) + "\n")
@@ -386,15 +393,14 @@ class Runner:
             log.flush()
             proc = subprocess.Popen(executable(stage.argv), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=dict(os.environ, COLUMNS="120"))
+            self.procs.add(proc)
             try:
                 code = proc.wait()
             except BaseException:  # Ctrl-C: stop the command too (a training keeps its checkpoints for a resume)
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop(proc)
                 raise
+            finally:
+                self.procs.discard(proc)
         wall = time.perf_counter() - t0
         if code != 0:
             raise StageFailed(f"{stage.label()} failed (exit {code}): {last_error(stage.log_path)} (log: "
@@ -407,23 +413,66 @@ class Runner:
         self.redone.add((stage.task, stage.seed, stage.name))
         return json.loads((stage.dir / "metrics.json").read_text())
 
-    def run_task(self, task: str, progress=None) -> str | None:
-        """The selected stages of `task`; None when all finished, else the one line that stopped the task."""
-        stages = [s for s in task_stages(self.cfg, task) if s.name in self.cfg.stages]
-        for i, stage in enumerate(stages):
+    def run_tasks(self, tasks: list[str], progress=None) -> dict[str, str]:
+        """The selected stages of `tasks`, up to cfg.jobs at once, each once the stages it needs (same task and seed)
+        have ended; stages start in plan order. {task: the one line that stopped it} for the tasks that stopped: a
+        failed stage stops the rest of its task, the other tasks go on. progress(n) is called as n stages end."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        pending = [s for t in tasks for s in task_stages(self.cfg, t) if s.name in self.cfg.stages]
+        running: dict = {}  # future -> stage
+        failures: dict[str, str] = {}
+
+        def blocked(stage: Stage) -> bool:  # a stage it needs is still to run or running in this invocation
+            return any(s.task == stage.task and s.seed == stage.seed and s.name in NEEDS[stage.name]
+                       for s in [*pending, *running.values()])
+
+        with ThreadPoolExecutor(max_workers=self.cfg.jobs) as pool:
             try:
-                t0 = time.perf_counter()
-                reused = self.decide(stage) == "reuse"
-                m = self.run(stage)
-                self.say(f"{stage.label()}: {'reused' if reused else f'done in {time.perf_counter() - t0:.0f} s'}"
-                         f"{summary(stage.name, m)}")
-            except StageFailed as e:
-                if progress is not None:
-                    progress(len(stages) - i)  # the task's other stages will not run
-                return str(e)
-            if progress is not None:
-                progress(1)
-        return None
+                while pending or running:
+                    for stage in list(pending):
+                        if stage.task in failures:  # its task stopped: the stage will not run
+                            pending.remove(stage)
+                            if progress is not None:
+                                progress(1)
+                        elif len(running) < self.cfg.jobs and not blocked(stage):
+                            pending.remove(stage)
+                            running[pool.submit(self.run_one, stage)] = stage
+                    done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        stage = running.pop(fut)
+                        try:
+                            fut.result()
+                        except StageFailed as e:
+                            if stage.task not in failures:
+                                failures[stage.task] = str(e)
+                                self.say(f"robot-rl-benchmark: error: {e}; {stage.task} stopped, the other tasks "
+                                         "go on")
+                        if progress is not None:
+                            progress(1)
+            except BaseException:  # Ctrl-C or a crash here: stop the commands (trainings resume from checkpoints)
+                for proc in list(self.procs):
+                    stop(proc)
+                raise
+        return failures
+
+    def run_one(self, stage: Stage) -> dict:
+        """run(stage), saying how it went in one line."""
+        t0 = time.perf_counter()
+        reused = self.decide(stage) == "reuse"
+        m = self.run(stage)
+        self.say(f"{stage.label()}: {'reused' if reused else f'done in {time.perf_counter() - t0:.0f} s'}"
+                 f"{summary(stage.name, m)}")
+        return m
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a command, kill it when it has not ended 30 s later."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def summary(name: str, m: dict) -> str:

@@ -224,6 +224,7 @@ def markdown(cfg, tasks, rows, ratios, pngs, records, command, out) -> str:
     finished = sorted(r["finished"] for _, r in records)
     commits = sorted({r.get("commit", "unknown") for _, r in records})
     machines = sorted({r.get("machine", "unknown") for _, r in records})
+    jobs = sorted({r.get("jobs", 1) for _, r in records})
     runs = f"runs finished {finished[0]} to {finished[-1]}" if finished else "no run has finished yet"
     plan_lines = []
     for t in tasks:
@@ -237,7 +238,8 @@ def markdown(cfg, tasks, rows, ratios, pngs, records, command, out) -> str:
         f"- Date: table written {time.strftime('%Y-%m-%d %H:%M')}; {runs}.",
         f"- Commit(s) of the runs: {', '.join(commits) or '-'}.",
         f"- Machine(s) of the runs: {'; '.join(machines) or '-'} (this table written on: {machine()}). Training "
-        "times are wall-clock seconds on these machines, shared with other jobs unless said otherwise.",
+        f"times are wall-clock seconds on these machines, with {' or '.join(map(str, jobs or [1]))} stage(s) "
+        "running at once (`jobs`).",
         f"- Command: `robot-rl-benchmark{(' ' + command) if command else ''}`; rebuild this page from the finished "
         f"runs: `robot-rl-benchmark report_only=true{(' ' + command) if command else ''}`. Runs: `{cfg.runs}`.",
         f"- Seeds: demonstrations, BC and residual RL {cfg.seeds} (the base alone and base + residual rows); "

@@ -112,3 +112,111 @@ def test_finished_stages_are_reused_a_changed_command_stops_and_a_redone_input_r
         Runner(changed).decide(task_stages(changed, "lift")[1])
     forced = BenchmarkConfig(tasks=changed.tasks, runs=str(tmp_path), seeds=[0], force=["bc"])
     assert Runner(forced).decide(task_stages(forced, "lift")[1]) == "run"
+
+
+STAGE_SCRIPT = """
+import pathlib, sys, time
+out, label, seconds, code, log = pathlib.Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+with open(log, "a") as f:
+    f.write(f"{label} start {time.time()}\\n")
+time.sleep(seconds)
+if code:
+    sys.exit(code)
+out.mkdir(parents=True, exist_ok=True)
+(out / "metrics.json").write_text("{}")
+with open(log, "a") as f:
+    f.write(f"{label} end {time.time()}\\n")
+"""
+
+
+def scripted_stages(monkeypatch, tmp_path, seconds: dict, fails: set = frozenset()):
+    """task_stages with each stage's command replaced by a real subprocess that logs its start and end, sleeps and
+    writes metrics.json (or exits 1 for the stages in `fails`)."""
+    import dataclasses
+    import sys
+
+    import robot_rl.benchmark as bm
+
+    real, log = bm.task_stages, tmp_path / "times.log"
+
+    def fake(cfg, task):
+        out = []
+        for s in real(cfg, task):
+            label = f"{task}/{s.seed}/{s.name}"
+            out.append(dataclasses.replace(s, argv=["python", "-c", STAGE_SCRIPT, str(s.dir), label,
+                                                    str(seconds.get(s.name, 0.2)), str(int(label in fails)), str(log)]))
+        return out
+
+    monkeypatch.setattr(bm, "task_stages", fake)
+    assert sys.executable  # `python` in argv is this interpreter (robot_rl.benchmark.executable)
+    return log
+
+
+def read_times(log: Path) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for line in log.read_text().splitlines():
+        label, what, t = line.split()
+        out.setdefault(label, {})[what] = float(t)
+    return out
+
+
+def test_jobs_run_independent_stages_at_once_after_the_stages_they_need_and_a_failure_stops_only_its_task(
+        tmp_path, monkeypatch):
+    log = scripted_stages(monkeypatch, tmp_path / "x", {"demos": 0.6, "bc": 0.6, "sac": 0.3},
+                          fails={"push/0/bc"})
+    (tmp_path / "x").mkdir()
+    cfg = BenchmarkConfig(tasks={"lift": TaskPlan(), "push": TaskPlan(baselines=[])}, runs=str(tmp_path / "runs"),
+                          seeds=[0, 1], jobs=2)
+    ended = []
+    failures = Runner(cfg, say=lambda line: None).run_tasks(["lift", "push"], progress=ended.append)
+    assert set(failures) == {"push"} and "push seed 0 bc failed (exit 1)" in failures["push"]
+    t = read_times(log)
+    for seed in (0, 1):  # each stage started after the stages it needs had ended
+        lift = {k.rsplit("/", 1)[1]: v for k, v in t.items() if k.startswith(f"lift/{seed}/")}
+        assert lift["bc"]["start"] >= lift["demos"]["end"]
+        assert lift["residual"]["start"] >= lift["bc"]["end"]
+        if seed == 0:
+            assert lift["scratch"]["start"] >= lift["demos"]["end"]
+    # the failed task stopped (push seed 1's BC may have been running by then; its residual never started); lift
+    # went on
+    assert "push/0/residual" not in t and "push/1/residual" not in t and "lift/1/residual" in t
+    assert sum(ended) == len([s for task in ("lift", "push") for s in task_stages(cfg, task)])
+    events = sorted((v[k], +1 if k == "start" else -1) for v in t.values() for k in v)
+    events = sorted(events + [(v["start"] + 0.05, 0) for v in t.values() if "end" not in v])
+    busy = peak = 0
+    for _, d in events:
+        busy += d
+        peak = max(peak, busy)
+    assert peak == 2  # two at once, never more
+    assert t["lift/0/sac"]["start"] < t["lift/0/demos"]["end"]  # sac needs nothing: it ran next to the demos
+    rec = json.loads(stage_dir(cfg.runs, "lift", 0, "bc").with_name("bc.json").read_text())
+    assert rec["jobs"] == 2 and rec["finished"]
+
+
+def test_an_interrupted_benchmark_stops_the_commands_it_started(tmp_path, monkeypatch):
+    import os
+    import time
+
+    log = scripted_stages(monkeypatch, tmp_path, {"demos": 0.2, "sac": 60})
+    cfg = BenchmarkConfig(tasks={"lift": TaskPlan(baselines=["sac"])}, runs=str(tmp_path / "runs"), seeds=[0], jobs=2)
+    runner = Runner(cfg, say=lambda line: None)
+    procs = []
+
+    def interrupt(n):  # Ctrl-C as the demos end, while SAC runs
+        procs.extend(p.pid for p in runner.procs)
+        raise KeyboardInterrupt
+
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_tasks(["lift"], progress=interrupt)
+    assert time.perf_counter() - t0 < 30 and procs and not runner.procs
+    for pid in procs:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert "end" not in read_times(log)["lift/0/sac"]
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5, True])
+def test_jobs_must_be_a_whole_number_of_stages(jobs):
+    with pytest.raises(ValueError, match=r"jobs=.* must be a whole number >= 1"):
+        BenchmarkConfig(jobs=jobs)

@@ -1,7 +1,7 @@
 """robot-rl-benchmark: demos -> BC -> residual RL -> baselines on several tasks, fixed budgets and seeds, one table.
 
     robot-rl-benchmark                                  # lift, push, peg_insert, color_lift; seeds 0 1 2 (hours)
-    robot-rl-benchmark only=[lift] seeds=[0]            # one task, one seed
+    robot-rl-benchmark only=[lift] seeds=[0] jobs=2     # one task, one seed, two stages at once (one per core)
     robot-rl-benchmark tasks.peg_insert.bc_steps=8000 force=[bc] only=[peg_insert]   # a new BC preset, redone
     robot-rl-benchmark report_only=true                 # rebuild the table from the runs finished so far
 
@@ -118,7 +118,6 @@ def main(cfg: DictConfig) -> None:
     from robot_rl.benchmark import Runner, task_stages
 
     run_dir = current_run_dir()
-    failures: dict[str, str] = {}
     with hold_run_dir(run_dir):  # one benchmark per runs directory
         write_config(run_dir, cfg)
         tasks = bench.task_names()
@@ -129,11 +128,7 @@ def main(cfg: DictConfig) -> None:
 
             runner = Runner(bench, say=say)
             overall = bar.add_task(f"benchmark: {len(tasks)} task(s), stages", total=total)
-            for task in tasks:
-                msg = runner.run_task(task, progress=lambda n: bar.advance(overall, n))
-                if msg is not None:
-                    failures[task] = msg
-                    say(f"robot-rl-benchmark: error: {msg}; {task} stopped, the other tasks go on")
+            failures = runner.run_tasks(tasks, progress=lambda n: bar.advance(overall, n))
         paths = write_report(bench, command)
         write_metrics(run_dir, {"tasks": tasks, "failures": failures, "md": str(paths["md"]),
                                 "jsonl": str(paths["jsonl"]), "png": [str(p) for p in paths["png"]]})
