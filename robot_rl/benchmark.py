@@ -58,6 +58,8 @@ class TaskPlan:
     env_steps: int = 100_000  # RL budget in env transitions, the same for residual, scratch and sac (lift's
     # residual: 0.95 at 40,000, docs/results/residual_rl.md)
     time_budget_s: float = 1200.0  # and in training seconds, evaluations excluded (0: no limit)
+    baseline_time_budget_s: float | None = None  # the baselines' training seconds (None: time_budget_s): the same
+    # env-step budget, time for a slower learner to use it
     eval_every: int = 20_000  # env steps between evaluations (each of eval_episodes episodes)
     eval_episodes: int = 100
     final_eval_episodes: int = 200  # episodes of every run's final evaluation (the table's success)
@@ -65,7 +67,8 @@ class TaskPlan:
     # the evaluation seed they fix which episodes are evaluated
     rl_args: list[str] = dataclasses.field(default_factory=list)  # more robot-rl-train-residual overrides (residual
     # and scratch), e.g. [rl.residual.scale=0.3]
-    sac_args: list[str] = dataclasses.field(default_factory=list)  # more robot_rl.rl.sb3_baseline key=value arguments
+    sac_args: list[str] = dataclasses.field(default_factory=lambda: ["train_freq=2"])  # more
+    # robot_rl.rl.sb3_baseline key=value arguments; train_freq=2: one update per 2 env steps, the residual's rl.utd=0.5
     baselines: list[str] = dataclasses.field(default_factory=lambda: list(BASELINES))  # scratch | sac
 
     def problems(self, where: str) -> list[str]:
@@ -75,9 +78,11 @@ class TaskPlan:
                       ("final_eval_episodes", 1), ("num_envs", 1)):
             if getattr(self, k) < lo:
                 out.append(f"{where}.{k}={getattr(self, k)!r} must be a whole number >= {lo}")
-        for k in ("demo_noise", "time_budget_s"):
-            if not getattr(self, k) >= 0:
-                out.append(f"{where}.{k}={getattr(self, k)!r} must be a number >= 0")
+        for k in ("demo_noise", "time_budget_s", "baseline_time_budget_s"):
+            v = getattr(self, k)
+            if not (v is None and k == "baseline_time_budget_s") and not (
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
+                out.append(f"{where}.{k}={v!r} must be a number >= 0")
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown or len(set(self.baselines)) != len(self.baselines):
             out.append(f"{where}.baselines={self.baselines}: each at most once, of {list(BASELINES)}")
@@ -113,7 +118,7 @@ def default_tasks() -> dict[str, TaskPlan]:
         # The peg preset (docs/results/bc.md): 8,000 BC steps and deterministic sampling (the demos' action noise,
         # sampled back, is wider than the fit: 0.26 at temperature 1, 0.525 at 0); 60 minutes of RL
         "peg_insert": TaskPlan(bc_steps=8000, bc_args=["warmup_steps=100", "policy.temperature=0"],
-                               env_steps=600_000, time_budget_s=3600.0),
+                               env_steps=600_000, time_budget_s=3600.0, baseline_time_budget_s=7200.0),
         # The VLA of docs/results/vla.md (0.72 alone, 0.975 with a residual after 40,000 env steps): 600
         # demonstrations with front + wrist frames, 14,000 steps; its residual reads the VLA's features
         "color_lift": TaskPlan(demos=600, bc_policy="vla", bc_steps=14_000,
@@ -212,15 +217,17 @@ def _list(values) -> str:
 
 
 def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
-    """Every stage of `task` in the order they run: per seed demos, bc, residual, then the baselines."""
+    """Every stage of `task` in the order they start: per seed demos, bc, residual, then the baselines."""
     plan = cfg.tasks[task]
     seeds = sorted(set(cfg.seeds) | (set(cfg.baseline_seeds) if plan.baselines else set()))
     rand = [f"randomization={plan.randomization}"] if plan.randomization != "none" else []
     cams = [f"env.cameras={_list(plan.cameras)}"] if plan.cameras else []
-    budget = [f"rl.env_steps={plan.env_steps}", f"rl.time_budget_s={plan.time_budget_s:g}",
-              f"rl.eval_every={plan.eval_every}", f"rl.eval_episodes={plan.eval_episodes}",
-              f"rl.final_eval_episodes={plan.final_eval_episodes}", f"rl.eval_seed={cfg.eval_seed}",
-              f"env.num_envs={plan.num_envs}"]
+    base_time = plan.time_budget_s if plan.baseline_time_budget_s is None else plan.baseline_time_budget_s
+    evals = [f"rl.eval_every={plan.eval_every}", f"rl.eval_episodes={plan.eval_episodes}",
+             f"rl.final_eval_episodes={plan.final_eval_episodes}", f"rl.eval_seed={cfg.eval_seed}",
+             f"env.num_envs={plan.num_envs}"]
+    budget = [f"rl.env_steps={plan.env_steps}", f"rl.time_budget_s={plan.time_budget_s:g}", *evals]
+    baseline_budget = [f"rl.env_steps={plan.env_steps}", f"rl.time_budget_s={base_time:g}", *evals]
     out = []
     for seed in seeds:
         d = {s: stage_dir(cfg.runs, task, seed, s) for s in STAGES}
@@ -238,18 +245,18 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
             out.append(Stage(task, seed, "residual", [
                 "robot-rl-train-residual", f"task={task}", f"base={base}", f"demos={store}", *budget,
                 f"rl.seed={seed}", *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['residual']}"], d["residual"]))
-        if seed in cfg.baseline_seeds:
-            if "scratch" in plan.baselines:
-                out.append(Stage(task, seed, "scratch", [
-                    "robot-rl-train-residual", f"task={task}", "mode=scratch", f"demos={store}", *budget,
-                    f"rl.seed={seed}", *rand, *plan.rl_args, f"hydra.run.dir={d['scratch']}"], d["scratch"]))
+        if seed in cfg.baseline_seeds:  # sac first: it cannot resume, so it gets the first free core
             if "sac" in plan.baselines:
                 out.append(Stage(task, seed, "sac", [
                     "python", "-m", SAC_MODULE, f"task={task}", f"env_steps={plan.env_steps}",
-                    f"time_budget_s={plan.time_budget_s:g}", f"eval_every={plan.eval_every}",
+                    f"time_budget_s={base_time:g}", f"eval_every={plan.eval_every}",
                     f"eval_episodes={plan.eval_episodes}", f"final_eval_episodes={plan.final_eval_episodes}",
                     f"eval_seed={cfg.eval_seed}", f"eval_num_envs={plan.num_envs}", f"seed={seed}", *plan.sac_args,
                     f"out={d['sac']}"], d["sac"]))
+            if "scratch" in plan.baselines:
+                out.append(Stage(task, seed, "scratch", [
+                    "robot-rl-train-residual", f"task={task}", "mode=scratch", f"demos={store}", *baseline_budget,
+                    f"rl.seed={seed}", *rand, *plan.rl_args, f"hydra.run.dir={d['scratch']}"], d["scratch"]))
     return out
 
 

@@ -230,7 +230,9 @@ def markdown(cfg, tasks, rows, ratios, pngs, records, command, out) -> str:
     for t in tasks:
         p = cfg.tasks[t]
         plan_lines.append(f"| {t} | {p.demos} (noise {p.demo_noise:g}) | {p.bc_policy}, {p.bc_steps:,} steps | "
-                          f"{p.env_steps:,} / {p.time_budget_s:g} s | {p.eval_every:,} ({p.eval_episodes}) / "
+                          f"{p.env_steps:,} / {p.time_budget_s:g} s"
+                          f"{'' if p.baseline_time_budget_s is None else f' (baselines {p.baseline_time_budget_s:g} s)'}"
+                          f" | {p.eval_every:,} ({p.eval_episodes}) / "
                           f"{p.final_eval_episodes} | {', '.join(p.baselines) or '-'} |")
     text = [
         "# Benchmark: demonstrations -> BC -> residual RL -> baselines, per task",
