@@ -228,7 +228,8 @@ def test_gymnasium_make_by_id_registers_every_task_and_honours_max_episode_steps
 def test_gymnasium_vector_wrappers_run_on_the_vector_env():
     venv = gymnasium.make_vec("robot_rl/Lift-v0", num_envs=2, max_episode_steps=SHORT)
     env = vw.RecordEpisodeStatistics(venv)
-    env = vw.NormalizeReward(vw.ClipAction(vw.RescaleAction(env, -2.0, 2.0)))
+    bound = np.full(venv.single_action_space.shape, 2.0, np.float32)
+    env = vw.NormalizeReward(vw.ClipAction(vw.RescaleAction(env, -bound, bound)))
     env = vw.NormalizeObservation(vw.FlattenObservation(vw.FilterObservation(env, ["proprio", "object"])))
     obs, _ = env.reset(seed=0)
     dim = venv.single_observation_space["proprio"].shape[0] + venv.single_observation_space["object"].shape[0]
@@ -249,12 +250,12 @@ def test_record_video_writes_an_mp4_of_the_vector_env(tmp_path):
 
     venv = gymnasium.make_vec("robot_rl/Lift-v0", num_envs=2, max_episode_steps=SHORT, render_mode="rgb_array",
                               render_width=32, render_height=32)
-    env = vw.RecordVideo(venv, str(tmp_path), episode_trigger=lambda e: e == 0)
+    env = vw.RecordVideo(venv, str(tmp_path / "videos"), episode_trigger=lambda e: e == 0)
     env.reset(seed=0)
     for _ in range(SHORT + 1):
         env.step(env.action_space.sample())
     env.close()
-    videos = sorted(tmp_path.glob("*.mp4"))
+    videos = sorted((tmp_path / "videos").glob("*.mp4"))
     assert [v.name for v in videos] == ["rl-video-episode-0.mp4"]
     frames = read_mp4_frames(videos[0])
     assert frames.shape[0] == SHORT + 1 and frames.shape[1:] == (32, 64, 3)  # reset + each step, both envs side by side
