@@ -1,10 +1,14 @@
 """The batched environment interface (BatchedEnv); sim/make.py builds one from an EnvConfig.
 
 Host API (both backends, numpy in / numpy out):
-  reset(seed) -> obs                      obs: dict of float32 arrays [N, dim] (`obs_dims`), plus
+  reset(seed) -> obs                      seed: an int, or one int per env (env i then starts as a one-env
+                                          batch reset with seed[i] does)
+                                          obs: dict of float32 arrays [N, dim] (`obs_dims`), plus
                                           "images/<camera>" uint8 [N, H, W, 3] per configured camera
                                           (`image_shapes`; none unless EnvConfig.cameras is set)
   step(action [N, A]) -> obs, reward [N], done [N], info
+  restart(env_ids) -> obs of env_ids      those envs back at the first state of their current episode (what
+                                          reset / auto-reset gave them); the others untouched
   instruction -> list[str]                each env's current episode's instruction (drawn from the seed)
 Auto-reset happens inside step: where done, `obs` is already the next episode's first observation (images
 too) and `info["final_obs"]` holds the last observation of the finished episode. info also carries `success`,
@@ -15,6 +19,7 @@ too) and `info["final_obs"]` holds the last observation of the finished episode.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,7 +28,7 @@ from sim.tasks import TASKS
 
 
 class BatchedEnv:
-    """Shared host-side logic. Subclasses implement `_reset(seed)` and `_step(action)`."""
+    """Shared host-side logic. Subclasses implement `_reset(keys)`, `_step(action)` and `_restart(idx)`."""
 
     def __init__(self, cfg: EnvConfig):
         from sim.actions import ActionSpace
@@ -74,8 +79,34 @@ class BatchedEnv:
         return self._image_renderer.render_images(self.cameras, models, self._image_data, qpos, mocap_pos, env_ids)
 
     # ---- host API ---------------------------------------------------------------------------------
-    def reset(self, seed: int = 0) -> dict:
-        return self._reset(int(seed))
+    def reset(self, seed: int | Sequence[int] = 0) -> dict:
+        return self._reset(self.env_keys(seed))
+
+    def env_keys(self, seed: int | Sequence[int]) -> np.ndarray:
+        """Per-env stream keys uint32 [N] of `seed`: an int for the batch, or one int per env."""
+        from sim import rng
+
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            return rng.env_key(np, int(seed), np.arange(self.num_envs))
+        seeds = list(seed) if isinstance(seed, (list, tuple, np.ndarray)) else None
+        if (seeds is None or len(seeds) != self.num_envs
+                or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in seeds)):
+            raise ValueError(f"seed={seed!r} must be an int or a list of {self.num_envs} ints (one per env)")
+        return np.concatenate([rng.env_key(np, int(s), np.arange(1)) for s in seeds])
+
+    def restart(self, env_ids) -> dict:
+        """Put envs `env_ids` back at the first state of their current episode; their obs [len(env_ids), ...].
+
+        The episode, its draws and its observation noise are those reset / auto-reset gave the env, so the obs
+        equals the one it started the episode with. Gymnasium's next-step autoreset (sim/gym_adapter.py) uses it
+        to undo the step a just-reset env must not take."""
+        idx = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.num_envs):
+            raise ValueError(f"env_ids {idx.tolist()} out of range for num_envs={self.num_envs}")
+        return self._restart(idx)
+
+    def _restart(self, idx: np.ndarray) -> dict:
+        raise NotImplementedError
 
     def step(self, action):
         return self._step(self.check_action(action))

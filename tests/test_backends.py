@@ -221,3 +221,37 @@ def test_start_episode_gives_the_initial_state_of_the_envs_kth_episode():
     np.testing.assert_allclose(params["mass"], env.params["mass"][1:2])
     env.start_episode(1, 0, d)
     assert not np.allclose(d.qpos, qpos), "another episode starts elsewhere"
+
+
+@pytest.mark.mjx
+@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
+def test_restart_puts_envs_back_at_their_episode_start_and_leaves_the_others(backend, cpu_env, mjx_env):
+    env = cpu_env if backend == "mujoco" else mjx_env
+    rng = np.random.default_rng(0)
+    acts = rng.uniform(-1, 1, (4, N_ENVS, env.action_dim)).astype(np.float32)
+    start = env.reset(7)
+    for a in acts[:3]:
+        moved, *_ = env.step(a)
+    fresh = env.restart([1, 3])
+    for k in start:
+        np.testing.assert_array_equal(fresh[k], start[k][[1, 3]])  # DR draws and observation noise included
+    after, *_ = env.step(acts[3])
+    env.reset(7)
+    ref, *_ = env.step(acts[3])  # envs 1 and 3 from their start, latency buffer and step count included
+    moved_on, *_ = _rollout(env, 7, 4, acts)
+    for k in start:
+        np.testing.assert_array_equal(after[k][[1, 3]], ref[k][[1, 3]])
+        np.testing.assert_array_equal(after[k][[0, 2]], moved_on[-1][k][[0, 2]])  # the others never noticed
+
+
+def test_a_seed_list_starts_each_env_as_a_one_env_reset_with_its_seed(cpu_env):
+    obs = cpu_env.reset([3, 1, 4, 1])
+    one = sim.make("lift", num_envs=1, randomization=DR)
+    for i, s in enumerate([3, 1, 4, 1]):
+        single = one.reset(s)
+        for k in obs:
+            np.testing.assert_array_equal(obs[k][i], single[k][0])
+    one.close()
+    for bad in ([1, 2], [1, 2, 3, 4.5], "1234"):
+        with pytest.raises(ValueError, match="one per env"):
+            cpu_env.reset(bad)

@@ -30,7 +30,7 @@ import numpy as np
 from mujoco import mjx
 from mujoco.mjx._src import sensor as mjx_sensor
 
-from sim import actions, core, rng
+from sim import actions, core
 from sim.config import ConfigError, EnvConfig
 from sim.env import BatchedEnv
 from sim.randomization import ModelFields
@@ -213,8 +213,8 @@ class MjxBatchedEnv(BatchedEnv):
         self._render_episode = np.full(self.num_envs, -1, dtype=np.int64)  # episode each render model shows
         self._scratch = mujoco.MjData(self.model)
 
-    def _reset(self, seed: int) -> dict:
-        keys = jnp.asarray(rng.env_key(np, seed, np.arange(self.num_envs)))
+    def _reset(self, keys: np.ndarray) -> dict:
+        keys = jnp.asarray(np.asarray(keys, dtype=np.uint32))
         self.state = self.mjx.reset(keys, jnp.zeros(self.num_envs, jnp.uint32))
         obs = _to_numpy(self.state.obs)
         self._render_episode[:] = -1  # a new seed: every env's episode 0 is a new episode
@@ -253,6 +253,23 @@ class MjxBatchedEnv(BatchedEnv):
                     obs[k] = obs[k].copy()
                     obs[k][idx] = v
         return obs, np.asarray(s.reward), done, info
+
+    def _restart(self, idx: np.ndarray) -> dict:
+        if self.state is None:
+            raise RuntimeError("call reset(seed) before restart()")
+        # Every env's current episode from its start (the batch reset, compiled already), kept where idx says;
+        # metrics (invalid-action counts) carry on.
+        fresh = self.mjx.reset(self.state.info["key"], self.state.info["episode"])
+        mask = np.zeros(self.num_envs, dtype=bool)
+        mask[idx] = True
+        keep = _select_envs(jnp.asarray(mask), fresh, self.state)
+        self.state = keep.replace(metrics=self.state.metrics)
+        obs = {k: v[idx] for k, v in _to_numpy(self.state.obs).items()}
+        if self.cameras and len(idx):
+            s = jax.device_get(self.state)
+            self._sync_render_models(s.info, idx)
+            obs.update(self._images(s.data.qpos, s.data.mocap_pos, idx))
+        return obs
 
     # ---- rendering through MuJoCo C -----------------------------------------------------------------
     def _sync_render_models(self, info: dict, idx) -> None:
@@ -299,6 +316,12 @@ class MjxBatchedEnv(BatchedEnv):
     @property
     def params(self) -> dict:
         return _to_numpy(self.state.info["params"])
+
+
+def _select_envs(mask, on_true, on_false):
+    """Per env (leading axis), `on_true` where mask [N] else `on_false`; leaves of any rank."""
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (jnp.ndim(a) - 1)), a, b), on_true, on_false)
 
 
 def _to_numpy(tree):

@@ -15,7 +15,7 @@ import mujoco
 import numpy as np
 from mujoco import rollout
 
-from sim import actions, core, rng
+from sim import actions, core
 from sim.config import EnvConfig
 from sim.env import BatchedEnv
 from sim.randomization import ModelFields
@@ -144,12 +144,21 @@ class MujocoEnv(BatchedEnv):
     def _episode_ids(self):
         return self.key, self.episode, self.target
 
-    def _reset(self, seed: int) -> dict:
-        self.key = rng.env_key(np, seed, np.arange(self.num_envs))
+    def _reset(self, keys: np.ndarray) -> dict:
+        self.key = np.asarray(keys, dtype=np.uint32).copy()
         self.episode[:] = 0
         self._reset_envs(np.arange(self.num_envs))
         self._seeded = True
         return self._observe()
+
+    def _restart(self, idx: np.ndarray) -> dict:
+        if not self._seeded:
+            raise RuntimeError("call reset(seed) before restart()")
+        self._reset_envs(idx)
+        obs = {k: v[idx] for k, v in self._observe(images=False).items()}
+        if self.cameras and len(idx):
+            obs.update(self._images(idx))
+        return obs
 
     # ---- step ---------------------------------------------------------------------------------------
     def _step(self, action: np.ndarray):
