@@ -231,10 +231,14 @@ def write_card(run_dir: str | Path, c: dict) -> dict[str, Path]:
     out = {"json": atomic_write_text(run_dir / "robustness.json", json.dumps(c, indent=2) + "\n"),
            "png": save_figure(figure(c), run_dir / "robustness.png")}
     rows, header = table(c)
-    meta = {k: c[k] for k in ("task", "backend", "episodes", "seed", "randomization", "generated") if k in c}
-    note = ("Success rate with its 95% Wilson interval per level; each factor is set alone, every other "
-            f"randomization key as `{c.get('randomization', 'none')}` gives it; every level runs the same episodes "
-            f"(seed {c.get('seed')}). n/a: the factor changes camera images and the policy reads none.")
+    meta = {("episodes per level" if k == "episodes" else k): c[k]
+            for k in ("task", "backend", "episodes", "seed", "randomization", "generated") if k in c}
+    base = c.get("randomization", "nominal")
+    note = ("Success rate with its 95% Wilson interval per level; each factor is set alone, every other randomization "
+            f"key {'nominal' if base == 'nominal' else f'as randomization={base} gives it'}; every level runs the "
+            f"same episodes (seed {c.get('seed')}).")
+    if any("n/a" in r for r in rows):
+        note += " n/a: the factor changes camera images only and the policy reads none."
     out["html"], out["md"] = write_page(run_dir, "robustness", f"Robustness card: {c.get('task', '')}", meta,
                                         [("Success per factor level", out["png"], rows, header, note)])
     return out
