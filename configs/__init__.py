@@ -23,6 +23,7 @@ SCHEMAS = {
     "deploy": "real.config:DeployConfig",
     "distributed": "robot_rl.rl.distributed.config:DistributedConfig",
     "benchmark": "robot_rl.benchmark:BenchmarkConfig",
+    "robustness": "robot_rl.robustness:RobustnessConfig",
 }
 
 

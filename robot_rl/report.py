@@ -181,10 +181,7 @@ def write_report(run_dir: str | Path, stages: dict, title: str = "robot_rl quick
     meta = dict(meta or {})
     meta.setdefault("generated", time.strftime("%Y-%m-%d %H:%M:%S"))
     rows = success_rows(stages)
-    body = [f"<h1>{html.escape(title)}</h1>",
-            "<p class='muted'>" + " &middot; ".join(f"{html.escape(str(k))}: {html.escape(_fmt(v))}"
-                                                     for k, v in meta.items()) + "</p>"]
-    md = [f"# {title}", "", " · ".join(f"{k}: {_fmt(v)}" for k, v in meta.items()), ""]
+    body, md = _heading(title, meta)
 
     if rows:
         table = [[label, r["success_rate"], r["success_ci95"], r["episodes"]] for label, r in rows]
@@ -218,6 +215,42 @@ def write_report(run_dir: str | Path, stages: dict, title: str = "robot_rl quick
     if timing:
         body += ["<h2>Stages</h2>", _table(timing, ["stage", "seconds", ""])]
         md += ["## Stages", "", _md_table(timing, ["stage", "seconds", ""]), ""]
-    page = (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+    return (atomic_write_text(run_dir / "report.html", _page(title, body)),
+            atomic_write_text(run_dir / "report.md", "\n".join(md)))
+
+
+def _heading(title: str, meta: dict) -> tuple[list[str], list[str]]:
+    """The title and the meta line of a page: (HTML lines, Markdown lines)."""
+    body = [f"<h1>{html.escape(title)}</h1>",
+            "<p class='muted'>" + " &middot; ".join(f"{html.escape(str(k))}: {html.escape(_fmt(v))}"
+                                                     for k, v in meta.items()) + "</p>"]
+    return body, [f"# {title}", "", " · ".join(f"{k}: {_fmt(v)}" for k, v in meta.items()), ""]
+
+
+def _page(title: str, body: list[str]) -> str:
+    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
-    return atomic_write_text(run_dir / "report.html", page), atomic_write_text(run_dir / "report.md", "\n".join(md))
+
+
+def write_page(run_dir: str | Path, stem: str, title: str, meta: dict,
+               sections: list[tuple[str, Path | None, list[list], list[str], str]]) -> tuple[Path, Path]:
+    """<stem>.html (figures embedded, standalone) and <stem>.md in run_dir, in this report's style; each section is
+    (heading, a PNG file in run_dir or None, table rows, table header, a note under the table)."""
+    run_dir = Path(run_dir)
+    meta = dict(meta)
+    meta.setdefault("generated", time.strftime("%Y-%m-%d %H:%M:%S"))
+    body, md = _heading(title, meta)
+    for heading, png, rows, header, note in sections:
+        body.append(f"<h2>{html.escape(heading)}</h2>")
+        md += [f"## {heading}", ""]
+        if png is not None:
+            data = base64.b64encode(Path(png).read_bytes()).decode()
+            body.append(f'<img alt="{html.escape(heading)}" src="data:image/png;base64,{data}">')
+            md += [f"![{heading}]({Path(png).relative_to(run_dir)})", ""]
+        body.append(_table(rows, header))
+        md += [_md_table(rows, header), ""]
+        if note:
+            body.append(f"<p class='muted'>{html.escape(note)}</p>")
+            md += [note, ""]
+    return (atomic_write_text(run_dir / f"{stem}.html", _page(title, body)),
+            atomic_write_text(run_dir / f"{stem}.md", "\n".join(md)))

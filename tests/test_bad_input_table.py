@@ -124,6 +124,11 @@ def eval_args(tmp, *extra) -> list[str]:
     return ["episodes=2", "env.num_envs=2", "videos=0", *extra, f"hydra.run.dir={fresh_run(tmp)}"]
 
 
+def sweep_args(tmp, *extra) -> list[str]:
+    return ["sweep=robustness", "policy=expert", "env.num_envs=2", "sweep.episodes=1", *extra,
+            f"hydra.run.dir={fresh_run(tmp)}"]
+
+
 def collect_args(tmp, *extra) -> list[str]:
     return ["episodes=2", "env.num_envs=2", f"out={tmp / 'out.zarr'}", *extra, f"hydra.run.dir={fresh_run(tmp)}"]
 
@@ -218,6 +223,30 @@ ROWS = [
         ("unknown key 'foo'", "episodes")),
     Row("eval-unparsable-override", "robot-rl-eval", lambda t, d: eval_args(d, "policy=expert", "episodes=["),
         ("episodes=[",)),
+    Row("eval-several-policies-without-sweep", "robot-rl-eval", lambda t, d: eval_args(d, "policy=[expert,expert]"),
+        ("names several policies", "sweep=robustness")),
+    # ---- robot-rl-eval sweep=robustness (the robustness card; every check before anything is written) -----------
+    Row("sweep-unknown-factor", "robot-rl-eval", lambda t, d: sweep_args(d, "sweep.factors=[latncy]"),
+        ("unknown factor 'latncy'", "latency, obs_noise")),
+    Row("sweep-camera-factor-for-a-state-policy", "robot-rl-eval", lambda t, d: sweep_args(d, "sweep.factors=[camera_pos]"),
+        ("camera_pos", "no policy here reads cameras", "drop camera_pos")),
+    Row("sweep-mass-level-0", "robot-rl-eval", lambda t, d: sweep_args(d, "sweep.object_mass=[0,1]"),
+        ("sweep.object_mass: level 0 x nominal is outside what the sim supports", "must be > 0")),
+    Row("sweep-negative-latency", "robot-rl-eval", lambda t, d: sweep_args(d, "sweep.latency=[-1]"),
+        ("sweep.latency: level -1 ticks", "must be >= 0")),
+    Row("sweep-latency-not-whole", "robot-rl-eval", lambda t, d: sweep_args(d, "sweep.latency=[1.5]"),
+        ("sweep.latency[0]=1.5", "whole number")),
+    Row("sweep-no-levels", "robot-rl-eval", lambda t, d: sweep_args(d, "sweep.friction=[]"),
+        ("sweep.friction=[] has no levels",)),
+    Row("sweep-episodes-0", "robot-rl-eval", lambda t, d: sweep_args(d, "sweep.episodes=0"), ("sweep.episodes=0",)),
+    Row("sweep-single-eval-episodes", "robot-rl-eval", lambda t, d: sweep_args(d, "episodes=5"),
+        ("episodes= is a setting of a single evaluation", "sweep.episodes=N")),
+    Row("sweep-two-policies-one-label", "robot-rl-eval", lambda t, d: sweep_args(d, "policy=[expert,expert]"),
+        ("both be labelled 'expert'",)),
+    Row("sweep-missing-checkpoint", "robot-rl-eval", lambda t, d: sweep_args(d, f"policy=[expert,{d / 'nope'}]"),
+        ("does not exist",)),
+    Row("sweep-unknown-key", "robot-rl-eval", lambda t, d: sweep_args(d, "sweep.factor=[latency]"),
+        ("sweep.factor",)),
     Row("quickstart-unknown-backend", "robot-rl-quickstart",
         lambda t, d: ["env.backend=nope", f"hydra.run.dir={fresh_run(d)}"], ("nope", "mujoco", "mjx")),
     Row("quickstart-reversed-randomization", "robot-rl-quickstart",

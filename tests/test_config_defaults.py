@@ -48,6 +48,7 @@ CASES = [
     ("train_reward", ["data=x"], "", "train_reward", {"name", "data", "rollouts", "torch_threads", "env"}),
     ("quickstart", [], "reward", "train_reward", {"steps", "seed"}),
     ("benchmark", [], "", "benchmark", set()),
+    ("eval", ["policy=expert", "sweep=robustness"], "sweep", "robustness", set()),
 ]
 
 

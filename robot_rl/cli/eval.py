@@ -5,13 +5,15 @@
 
 Writes runs/eval/<timestamp>-<name>/{config.yaml, metrics.json, videos/episode_<i>.mp4}: success rate with
 its 95% Wilson interval, mean return and length, the seed and the (env, episode) ids of every episode.
+With sweep=robustness it writes the robustness report card of one policy or several instead
+(robot_rl/cli/robustness.py): robot-rl-eval sweep=robustness policy=[expert,runs/train_bc/<run>/policy]
 """
 
 from __future__ import annotations
 
 import time
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from robot_rl.common.cli import fail, hydra_command, number, progress_bar, whole
 from robot_rl.cli.common import env_config, load_checkpoint, make_env, set_torch_threads
@@ -32,12 +34,19 @@ def load(policy: str, env, cfg: DictConfig):
 
 @hydra_command("eval")
 def main(cfg: DictConfig) -> None:
+    if cfg.get("sweep") is not None:
+        from robot_rl.cli.robustness import run
+
+        return run(cfg)
     env_cfg = env_config(cfg.env)
     episodes = whole("episodes", cfg.episodes, 1)
     seed = whole("seed", cfg.seed, 0)
     videos = whole("videos", cfg.videos, 0)
     if videos > env_cfg.num_envs:
         fail(f"videos={videos} must be <= env.num_envs={env_cfg.num_envs}")
+    if isinstance(cfg.policy, (ListConfig, DictConfig)):
+        fail(f"policy={OmegaConf.to_container(cfg.policy)} names several policies: comparing policies is what "
+             "the robustness card does (add sweep=robustness), or give one policy")
     if not isinstance(cfg.policy, str) or not cfg.policy:
         fail("policy=PATH (a checkpoint directory) or policy=expert is required")
     set_torch_threads(whole("torch_threads", cfg.torch_threads, 0))
