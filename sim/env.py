@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 
+from sim.actions import PREV_ACTIONS
 from sim.config import ConfigError, EnvConfig
 from sim.tasks import TASKS
 
@@ -26,7 +27,7 @@ class BatchedEnv:
     """Shared host-side logic. Subclasses implement `_reset(seed)` and `_step(action)`."""
 
     def __init__(self, cfg: EnvConfig):
-        from sim.actions import ActionSpace
+        from sim.actions import ActionHistory, ActionSpace
         from sim.randomization import check_task_support
 
         cfg.validate(TASKS)
@@ -46,6 +47,7 @@ class BatchedEnv:
         self.action_space = ActionSpace(cfg, self.task)
         self.action_dim = self.action_space.dim
         self.cameras: tuple[str, ...] = tuple(cfg.cameras)
+        self._actions = ActionHistory(self.num_envs, cfg.action_history, self.action_space.neutral)
         self._image_renderer = None
 
     def _init_visuals(self, model) -> None:
@@ -75,10 +77,23 @@ class BatchedEnv:
 
     # ---- host API ---------------------------------------------------------------------------------
     def reset(self, seed: int = 0) -> dict:
-        return self._reset(int(seed))
+        obs = self._reset(int(seed))
+        if self.cfg.action_history:
+            self._actions.reset()
+            obs[PREV_ACTIONS] = self._actions.flat()
+        return obs
 
     def step(self, action):
-        return self._step(self.check_action(action))
+        action = self.check_action(action)
+        obs, reward, done, info = self._step(action)
+        if self.cfg.action_history:  # the finished episodes' last observation keeps its history, the next starts anew
+            self._actions.push(action)
+            final = info["final_obs"]
+            final[PREV_ACTIONS] = self._actions.flat()
+            if done.any():
+                self._actions.reset(np.nonzero(done)[0])
+                obs[PREV_ACTIONS] = self._actions.flat()
+        return obs, reward, done, info
 
     def check_action(self, action) -> np.ndarray:
         a = np.asarray(action, dtype=np.float32)
@@ -97,7 +112,10 @@ class BatchedEnv:
     @property
     def obs_dims(self) -> dict[str, int]:
         """Sizes of the vector observation keys (images are in `image_shapes`)."""
-        return self.task.obs_dims()
+        dims = self.task.obs_dims()
+        if self.cfg.action_history:
+            dims[PREV_ACTIONS] = self._actions.dim
+        return dims
 
     @property
     def image_shapes(self) -> dict[str, tuple[int, int, int]]:

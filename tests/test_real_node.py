@@ -554,3 +554,23 @@ def test_overrunning_a_tick_counts_the_ticks_skipped():
     clock.start_tick(0.0)
     clock.start_tick(0.0355)  # due at 0.01: 25.5 ms late, the ticks due at 0.02 and 0.03 are skipped
     assert clock.missed == 2 and clock.deadline == pytest.approx(0.04)
+
+
+def test_the_node_feeds_the_policy_the_actions_it_commanded_as_the_sim_env_does(rig_factory):
+    # env.action_history=2: every observation the node builds carries its last two executed actions (oldest first,
+    # neutral at an episode's start), as the sim env's obs["prev_actions"] does
+    from robot_rl.data.episode_store import EpisodeStore
+
+    rig = rig_factory(record=True, env={"action_history": 2})
+    assert rig.node.obs_model.obs_dims["prev_actions"] == 2 * rig.env_node.action_dim
+    rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps")
+    rig.close()  # commits the running episode (partial)
+    store = EpisodeStore.open(rig.store)
+    neutral = rig.env_node.action_space.neutral
+    for i in range(store.n_episodes):
+        a, b = store.episode_range(i)
+        act, prev = store.read("action", a, b), store.read("obs/prev_actions", a, b)
+        executed = np.concatenate([np.tile(neutral, (2, 1)), np.clip(act, -1, 1)])
+        want = np.concatenate([executed[:-2], executed[1:-1]], axis=1)  # at step t: actions t-2, t-1
+        assert len(act) >= 3
+        np.testing.assert_allclose(prev, want, atol=1e-6)
