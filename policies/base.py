@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sim.actions import PREV_ACTIONS
+
 
 class SpecMismatch(ValueError):
     """A policy does not fit an env or a dataset; the message names what differs."""
@@ -104,10 +106,12 @@ class PolicySpec:
             problems.append(f"action_dim: policy {self.action_dim}, env {env.action_dim}")
         env_dims = env.obs_dims
         for k, d in self.obs_dims.items():
+            fix = (f" (the policy was trained with env.action_history={d // self.action_dim}: set it)"
+                   if k == PREV_ACTIONS and self.action_dim and d % self.action_dim == 0 else "")
             if k not in env_dims:
-                problems.append(f"observation {k!r}: the policy reads it, the env has only {sorted(env_dims)}")
+                problems.append(f"observation {k!r}: the policy reads it, the env has only {sorted(env_dims)}{fix}")
             elif env_dims[k] != d:
-                problems.append(f"observation {k!r}: policy expects dim {d}, env gives {env_dims[k]}")
+                problems.append(f"observation {k!r}: policy expects dim {d}, env gives {env_dims[k]}{fix}")
         problems += self.image_problems(env_image_shapes(env))
         if self.instruction and not hasattr(env, "instruction"):
             problems.append("instruction: the policy reads a language instruction, the env gives none (env.instruction)")

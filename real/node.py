@@ -92,7 +92,7 @@ class ControlNode:
         self.planner = StepPlanner(
             cfg, self.spec, env, worker, self.safety, np.array([acts.index(j) for j in cfg.joints]),
             residual=residual, residual_scale=residual_scale, counts=self.counts,
-            on_step=recorder.add if recorder is not None else lambda *a: None, log=log)
+            on_step=recorder.add if recorder is not None else lambda *a: None, log=log, actions=self.obs_model.actions)
         self.obs_keys = list(self.spec.obs_dims) + list(self.spec.image_shapes)
         self.needs_object = "object" in self.spec.obs_dims
         target_dim = env.task.target_dim

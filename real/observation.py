@@ -3,7 +3,9 @@
 Joint positions and velocities (JointState) and the task object's pose (a perception topic) are written
 into the task's MuJoCo model (the same MJCF as sim/robot.py + the task's objects); MuJoCo's forward
 kinematics and position-stage sensors fill in the end-effector frame and the joint anchors/axes; then the
-task's `observe` runs on that `Phys`, exactly as in the sim backends. The same model gives the
+task's `observe` runs on that `Phys`, exactly as in the sim backends. With env.action_history, obs["prev_actions"]
+is the history of the actions the node commanded (`actions`, pushed by real/step_planner.py as each step's action
+goes out; sim/actions.py ActionHistory, the sim env's own). The same model gives the
 end-effector position of a command for the safety layer's workspace check, and `Phys` for the IK of
 ee_delta actions (sim/actions.py).
 """
@@ -14,6 +16,7 @@ import mujoco
 import numpy as np
 
 from sim import robot
+from sim.actions import PREV_ACTIONS, ActionHistory
 from sim.task import Phys, neutral_params
 
 
@@ -21,6 +24,7 @@ class ObservationModel:
     def __init__(self, env, joints: list[str]):
         """env: a MuJoCo-backend BatchedEnv of the task (only its model and task are used); joints: wire order."""
         self.task = env.task
+        self.actions = ActionHistory(1, env.cfg.action_history, env.action_space.neutral)  # commanded actions
         self.model: mujoco.MjModel = env.model
         self.data = mujoco.MjData(self.model)
         self._fk_data = mujoco.MjData(self.model)
@@ -37,7 +41,10 @@ class ObservationModel:
 
     @property
     def obs_dims(self) -> dict[str, int]:
-        return self.task.obs_dims()
+        dims = self.task.obs_dims()
+        if self.actions.dim:
+            dims[PREV_ACTIONS] = self.actions.dim
+        return dims
 
     def object_pose_default(self) -> np.ndarray:
         """The object's pose (pos 3, quat wxyz 4) in the model's default configuration."""
@@ -58,9 +65,13 @@ class ObservationModel:
         return Phys(d.qpos[None].copy(), d.qvel[None].copy(), d.sensordata[None].copy(), d.mocap_pos[None].copy())
 
     def observe(self, phys: Phys, target: np.ndarray) -> dict[str, np.ndarray]:
-        """The task's observation dict, float32 [1, dim] per key (no noise: the robot brings its own)."""
+        """The task's observation dict, float32 [1, dim] per key (no noise: the robot brings its own), with the
+        commanded actions so far where the env has an action history."""
         obs = self.task.observe(np, phys, np.asarray(target, dtype=np.float64)[None], self.params)
-        return {k: v.astype(np.float32) for k, v in obs.items()}
+        obs = {k: v.astype(np.float32) for k, v in obs.items()}
+        if self.actions.dim:
+            obs[PREV_ACTIONS] = self.actions.flat()
+        return obs
 
     def ee_pos(self, command: np.ndarray) -> np.ndarray:
         """End-effector (grip site) position [3] of a command vector [n] in wire order."""

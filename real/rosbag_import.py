@@ -156,6 +156,7 @@ def bag_to_episodes(msgs: dict, env, cfg: DeployConfig, *, target=None, source: 
         t_end = seg["t1"] if seg["t1"] is not None else int(max(st_t[-1], cmd_t[-1]))
         steps: dict[str, list] = {"action": [], "intervention": []}
         obs_rows: list[dict] = []
+        om.actions.reset()  # with env.action_history, obs["prev_actions"]: this episode's actions so far
         k = 0
         while t_begin + (k + 1) * dt_ns <= t_end:
             tk = t_begin + k * dt_ns
@@ -187,6 +188,7 @@ def bag_to_episodes(msgs: dict, env, cfg: DeployConfig, *, target=None, source: 
                     parts.append([kin.wrap_angle(np, yaw_cmd - yaw) / env.cfg.max_yaw_delta])
                 a = np.concatenate([*parts, [grip]])
             steps["action"].append(np.clip(a, -1.0, 1.0).astype(np.float32))
+            om.actions.push(steps["action"][-1][None])
             lo_i = np.searchsorted(tele_t, tk - timeout_ns, side="right")
             hi_i = np.searchsorted(tele_t, tk + dt_ns, side="right")
             steps["intervention"].append(bool(hi_i > lo_i))

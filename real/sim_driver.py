@@ -21,7 +21,11 @@ after episode_steps control steps. Physics stays frozen after a reset until the 
 the episode on its status topic, so no simulated time passes before the node is ready.
 
 Optional injections: command latency (a command takes effect command_latency_s after arrival), joint
-state latency, and Gaussian noise on published positions, velocities and object positions.
+state latency, and Gaussian noise on published positions, velocities and object positions. Under a randomization
+preset (env.randomization) the robot is the sim's in every respect it can be: its dynamics draws per episode, and
+the episode's drawn action latency (ticks of 1 / control_hz, the same draw as in sim for that episode) adds to
+command_latency_s; robot-rl-sim-driver takes the noise from obs_noise_std unless given (on joint states and the
+object position, where sim adds it to every observation entry).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class SimDriver:
         self.substeps, self.ticks_per_step = int(round(sub)), int(round(per_step))
         self.rate_hz, self.seed, self.episodes = rate_hz, int(seed), int(episodes)
         self.command_latency, self.state_latency = float(command_latency_s), float(state_latency_s)
+        self.episode_latency = 0.0  # s, the episode's drawn action latency (env.randomization.action_latency)
         self.noise = (float(position_noise_std), float(velocity_noise_std), float(object_noise_std))
         self.rng = np.random.default_rng(seed)
         self.wait_for_node_s = float(wait_for_node_s)
@@ -103,6 +108,7 @@ class SimDriver:
         """Episode k of env 0 for the seed: exactly the state in-process evaluation starts from."""
         d = self.data
         self.params, self._target = self.env.start_episode(0, k, d)
+        self.episode_latency = float(self.params["latency"][0]) / self.env.cfg.control_hz  # 0 without randomization
         d.ctrl[self.act_of] = d.qpos[self.qpos_adr]  # servos hold the reset posture
         self._cmd_queue.clear()
         self._ramp = None
@@ -161,7 +167,8 @@ class SimDriver:
                 steps += 1
                 success = success or bool(self._success())
                 if (success and self.env.cfg.terminate_on_success) or steps >= limit:
-                    return {"index": k, "seed": self.seed, "success": success, "steps": steps}
+                    return {"index": k, "seed": self.seed, "success": success, "steps": steps,
+                            "latency_s": self.command_latency + self.episode_latency}
             if self.stopping:
                 return {"index": k, "seed": self.seed, "success": success, "steps": steps, "interrupted": True}
 
@@ -228,7 +235,7 @@ class SimDriver:
     def _apply_command(self, now: float) -> None:
         d = self.data
         latest = None
-        due = time.monotonic() - self.command_latency  # receipt times are taken after `now`
+        due = time.monotonic() - self.command_latency - self.episode_latency  # receipt times are taken after `now`
         while self._cmd_queue and self._cmd_queue[0][0] <= due:
             latest = self._cmd_queue.popleft()
             self.counts["commands"] += 1

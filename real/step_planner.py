@@ -38,8 +38,9 @@ def request_history(history: dict, instruction: np.ndarray | None) -> dict:
 
 class StepPlanner:
     def __init__(self, cfg, spec, env, worker, safety, ctrl_to_wire: np.ndarray, *, residual, residual_scale: float,
-                 counts: collections.Counter, on_step, log):
-        """on_step(obs, action, intervention): every executed (or held) step, for the recorder."""
+                 counts: collections.Counter, on_step, log, actions=None):
+        """on_step(obs, action, intervention): every executed (or held) step, for the recorder. actions: the
+        ActionHistory the observations read (real/observation.py), given each executed (or held) step's action."""
         ratio = cfg.rate_hz / spec.control_hz
         if ratio < 1 - 1e-9 or abs(ratio - round(ratio)) > 1e-6:
             raise ValueError(
@@ -51,6 +52,7 @@ class StepPlanner:
         if hasattr(residual, "check_base"):  # a trained residual: the worker must serve the base it was trained on
             residual.check_base(spec)
         self.counts, self.on_step, self.log = counts, on_step, log
+        self.actions = actions
         self.instruction = np.array([cfg.instruction], dtype=object) if spec.instruction else None
         self.action_space = env.action_space
         self.action_dim = spec.action_dim
@@ -81,6 +83,8 @@ class StepPlanner:
         self.blender.reset()
         self.step, self.tick_in_step = 0, 0
         self.history.reset()
+        if self.actions is not None:
+            self.actions.reset()
         self.step_obs, self.target_q, self.pending = None, None, False
         self.teleop_active = False
         self.last_action = self.action_space.neutral.astype(np.float64)
@@ -193,6 +197,8 @@ class StepPlanner:
         return a
 
     def _record_step(self, action, intervention: bool) -> None:
+        if self.actions is not None:
+            self.actions.push(np.asarray(action)[None])
         if self.step_obs is not None:
             self.on_step(self.step_obs, action, intervention)
 

@@ -1,7 +1,7 @@
 """The deployment dry run as two processes: robot-rl-sim-driver (a MuJoCo robot speaking ROS 2 over DDS) and
 robot-rl-deploy (the control node with the policy), on a private DDS domain and topic namespace.
 
-    summary = dry_run(out_dir, policy_dir, "lift", episodes=5, seed=1000)
+    summary = dry_run(out_dir, policy_dir, "lift", episodes=5, seed=1000, env_args=env_overrides(env_cfg))
 
 Both are the console scripts a user runs (README, "Deploying with ROS 2"), started as subprocesses with Cyclone
 DDS pinned to loopback (the `sim` deploy profile); their run directories are out_dir/driver and out_dir/node.
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 # Every topic of real.config.Topics: namespaced, so concurrent dry runs on one machine never cross.
 TOPICS = ("joint_states", "position_commands", "trajectory_commands", "estop", "reset", "teleop", "object_pose",
@@ -34,13 +34,37 @@ def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def env_overrides(env_cfg) -> list[str]:
+    """Command-line overrides that give another command the same robot conditions as `env_cfg` (an EnvConfig):
+    its randomization keys that differ from the defaults, and its action history. For the dry run's driver (the
+    simulated robot: dynamics, action latency, observation noise) and node (the policy's observation)."""
+    import dataclasses
+
+    from sim.config import EnvConfig, RandomizationConfig
+
+    def value(v) -> str:
+        return "[" + ",".join(value(x) for x in v) + "]" if isinstance(v, (list, tuple)) else repr(v)
+
+    out = []
+    for f in dataclasses.fields(RandomizationConfig):
+        v, default = getattr(env_cfg.randomization, f.name), getattr(RandomizationConfig(), f.name)
+        if (list(v) if isinstance(v, (list, tuple)) else v) != (
+                list(default) if isinstance(default, (list, tuple)) else default):
+            out.append(f"env.randomization.{f.name}={value(v)}")
+    if env_cfg.action_history != EnvConfig.action_history:
+        out.append(f"env.action_history={env_cfg.action_history}")
+    return out
+
+
 def dry_run(out: str | Path, policy: str | Path, task: str, episodes: int, seed: int = 0,
-            progress: Callable[[int], None] | None = None, timeout_s: float = 900.0) -> dict:
+            progress: Callable[[int], None] | None = None, timeout_s: float = 900.0,
+            env_args: Sequence[str] = ()) -> dict:
+    """env_args: overrides of both commands' env (env_overrides(env_cfg): the conditions the policy trained in)."""
     out = Path(out)
     bin_dir = Path(sys.executable).parent
     ns = "dry" + uuid.uuid4().hex[:8]
     common = [f"task={task}", f"deploy.domain_id={random.randint(1, 200)}",
-              *(f"deploy.topics.{t}=/{ns}/{t}" for t in TOPICS)]
+              *(f"deploy.topics.{t}=/{ns}/{t}" for t in TOPICS), *env_args]
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
     driver = subprocess.Popen(
         [str(bin_dir / "robot-rl-sim-driver"), f"episodes={episodes}", f"seed={seed}", "wait_for_node_s=120",

@@ -77,3 +77,33 @@ def delay(xp, buffer, action, latency):
     buffer = xp.concatenate([action[..., None, :], buffer[..., :-1, :]], axis=-2)
     executed = xp.take_along_axis(buffer, latency[..., None, None], axis=-2)[..., 0, :]
     return buffer, executed
+
+
+PREV_ACTIONS = "prev_actions"  # the observation key of the commanded-action history (EnvConfig.action_history)
+
+
+class ActionHistory:
+    """The last `length` commanded actions of `n` envs, oldest first, the neutral action before an episode's first
+    steps: obs["prev_actions"] of the sim env (sim/env.py) and of the deploy node (real/), one implementation."""
+
+    def __init__(self, n: int, length: int, neutral: np.ndarray):
+        self.neutral = np.asarray(neutral, dtype=np.float32)
+        self.buf = np.tile(self.neutral, (n, length, 1))  # [n, length, A]
+
+    @property
+    def dim(self) -> int:
+        return self.buf.shape[1] * self.buf.shape[2]
+
+    def reset(self, idx=slice(None)) -> None:
+        self.buf[idx] = self.neutral
+
+    def push(self, action) -> None:
+        """Append each env's commanded action [n, A] (clipped to [-1, 1], as the action space applies it)."""
+        if self.buf.shape[1]:
+            self.buf[:, :-1] = self.buf[:, 1:]
+            self.buf[:, -1] = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
+
+    def flat(self) -> np.ndarray:
+        """[n, length * A] float32, a copy."""
+        return self.buf.reshape(len(self.buf), -1).copy()
+

@@ -92,6 +92,9 @@ class EnvConfig:
     cameras: tuple[str, ...] = ()  # cameras rendered into obs["images/<camera>"], e.g. (front, wrist); () = none
     image_size: tuple[int, int] = (96, 96)  # (height, width) in pixels of those images
     image_quality: str = "fast"  # fast: no shadows, reflections or anti-aliasing (~10x cheaper on CPU GL) | high
+    action_history: int = 0  # the last N commanded actions in the observation, obs["prev_actions"] [N * action_dim]
+    # (oldest first, the neutral action before an episode's first steps, no observation noise): with action latency
+    # the state lags the commands already sent, and a robot knows what it sent (the deploy node supplies the same)
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
     task_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of the task's defaults
 
@@ -125,6 +128,11 @@ class EnvConfig:
             raise ConfigError(f"workspace_low={list(self.workspace_low)} must be below workspace_high")
         if self.threads < 0:
             raise ConfigError(f"threads={self.threads} must be >= 0 (0 = one per core)")
+        if isinstance(self.action_history, bool) or int(self.action_history) != self.action_history \
+                or self.action_history < 0:
+            raise ConfigError(f"action_history={self.action_history!r} must be a whole number >= 0 (the commanded "
+                              "actions in the observation; 0: none)")
+        self.action_history = int(self.action_history)
         if isinstance(self.cameras, str) or not all(isinstance(c, str) and c for c in self.cameras):
             raise ConfigError(f"cameras={self.cameras!r} must be a list of camera names, e.g. [front, wrist]")
         if len(set(self.cameras)) != len(self.cameras):

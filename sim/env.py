@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.actions import PREV_ACTIONS
 from sim.config import ConfigError, EnvConfig
 from sim.tasks import TASKS
 
@@ -31,7 +32,7 @@ class BatchedEnv:
     """Shared host-side logic. Subclasses implement `_reset(keys)`, `_step(action)` and `_restart(idx)`."""
 
     def __init__(self, cfg: EnvConfig):
-        from sim.actions import ActionSpace
+        from sim.actions import ActionHistory, ActionSpace
         from sim.randomization import check_task_support
 
         cfg.validate(TASKS)
@@ -51,6 +52,7 @@ class BatchedEnv:
         self.action_space = ActionSpace(cfg, self.task)
         self.action_dim = self.action_space.dim
         self.cameras: tuple[str, ...] = tuple(cfg.cameras)
+        self._actions = ActionHistory(self.num_envs, cfg.action_history, self.action_space.neutral)
         self._image_renderer = None
 
     def _init_visuals(self, model) -> None:
@@ -80,7 +82,11 @@ class BatchedEnv:
 
     # ---- host API ---------------------------------------------------------------------------------
     def reset(self, seed: int | Sequence[int] = 0) -> dict:
-        return self._reset(self.env_keys(seed))
+        obs = self._reset(self.env_keys(seed))
+        if self.cfg.action_history:
+            self._actions.reset()
+            obs[PREV_ACTIONS] = self._actions.flat()
+        return obs
 
     def env_keys(self, seed: int | Sequence[int]) -> np.ndarray:
         """Per-env stream keys uint32 [N] of `seed`: an int for the batch, or one int per env."""
@@ -103,13 +109,26 @@ class BatchedEnv:
         idx = np.asarray(env_ids, dtype=np.int64).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_envs):
             raise ValueError(f"env_ids {idx.tolist()} out of range for num_envs={self.num_envs}")
-        return self._restart(idx)
+        obs = self._restart(idx)
+        if self.cfg.action_history:
+            self._actions.reset(idx)
+            obs[PREV_ACTIONS] = self._actions.flat()[idx]
+        return obs
 
     def _restart(self, idx: np.ndarray) -> dict:
         raise NotImplementedError
 
     def step(self, action):
-        return self._step(self.check_action(action))
+        action = self.check_action(action)
+        obs, reward, done, info = self._step(action)
+        if self.cfg.action_history:  # the finished episodes' last observation keeps its history, the next starts anew
+            self._actions.push(action)
+            final = info["final_obs"]
+            final[PREV_ACTIONS] = self._actions.flat()
+            if done.any():
+                self._actions.reset(np.nonzero(done)[0])
+                obs[PREV_ACTIONS] = self._actions.flat()
+        return obs, reward, done, info
 
     def check_action(self, action) -> np.ndarray:
         a = np.asarray(action, dtype=np.float32)
@@ -128,7 +147,10 @@ class BatchedEnv:
     @property
     def obs_dims(self) -> dict[str, int]:
         """Sizes of the vector observation keys (images are in `image_shapes`)."""
-        return self.task.obs_dims()
+        dims = self.task.obs_dims()
+        if self.cfg.action_history:
+            dims[PREV_ACTIONS] = self._actions.dim
+        return dims
 
     @property
     def image_shapes(self) -> dict[str, tuple[int, int, int]]:

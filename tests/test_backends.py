@@ -255,3 +255,32 @@ def test_a_seed_list_starts_each_env_as_a_one_env_reset_with_its_seed(cpu_env):
     for bad in ([1, 2], [1, 2, 3, 4.5], "1234"):
         with pytest.raises(ValueError, match="one per env"):
             cpu_env.reset(bad)
+
+
+def test_action_history_holds_the_commanded_actions_and_starts_each_episode_neutral():
+    from sim.config import ConfigError
+
+    env = sim.make("lift", num_envs=2, threads=1, action_history=2, task_config={"episode_steps": 3})
+    try:
+        a_dim, neutral = env.action_dim, env.action_space.neutral
+        assert env.obs_dims["prev_actions"] == 2 * a_dim
+        obs = env.reset(0)
+        np.testing.assert_array_equal(obs["prev_actions"], np.tile(neutral, (2, 2)))
+        sent = []
+        for t in range(3):
+            a = np.full((2, a_dim), 0.1 * (t + 1), np.float32)
+            a[1, 0] = 5.0  # clipped as the action space applies it
+            sent.append(np.clip(a, -1, 1))
+            obs, _, done, info = env.step(a)
+            if t < 2:
+                assert not done.any()
+                older = sent[-2] if t else np.tile(neutral, (2, 1))
+                np.testing.assert_array_equal(obs["prev_actions"], np.concatenate([older, sent[-1]], axis=1))
+        assert done.all()  # the episode ended: its last observation keeps the history, the next starts neutral
+        np.testing.assert_array_equal(info["final_obs"]["prev_actions"], np.concatenate(sent[1:], axis=1))
+        np.testing.assert_array_equal(obs["prev_actions"], np.tile(neutral, (2, 2)))
+        assert set(sim.make("lift", num_envs=1).obs_dims) == {"proprio", "object"}  # off by default
+        with pytest.raises(ConfigError, match=r"action_history=-1 must be a whole number >= 0"):
+            sim.make("lift", num_envs=1, action_history=-1)
+    finally:
+        env.close()

@@ -554,3 +554,59 @@ def test_overrunning_a_tick_counts_the_ticks_skipped():
     clock.start_tick(0.0)
     clock.start_tick(0.0355)  # due at 0.01: 25.5 ms late, the ticks due at 0.02 and 0.03 are skipped
     assert clock.missed == 2 and clock.deadline == pytest.approx(0.04)
+
+
+def test_the_node_feeds_the_policy_the_actions_it_commanded_as_the_sim_env_does(rig_factory):
+    # env.action_history=2: every observation the node builds carries its last two executed actions (oldest first,
+    # neutral at an episode's start), as the sim env's obs["prev_actions"] does
+    from robot_rl.data.episode_store import EpisodeStore
+
+    rig = rig_factory(record=True, env={"action_history": 2})
+    assert rig.node.obs_model.obs_dims["prev_actions"] == 2 * rig.env_node.action_dim
+    rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps")
+    rig.close()  # commits the running episode (partial)
+    store = EpisodeStore.open(rig.store)
+    neutral = rig.env_node.action_space.neutral
+    for i in range(store.n_episodes):
+        a, b = store.episode_range(i)
+        act, prev = store.read("action", a, b), store.read("obs/prev_actions", a, b)
+        executed = np.concatenate([np.tile(neutral, (2, 1)), np.clip(act, -1, 1)])
+        want = np.concatenate([executed[:-2], executed[1:-1]], axis=1)  # at step t: actions t-2, t-1
+        assert len(act) >= 3
+        np.testing.assert_allclose(prev, want, atol=1e-6)
+
+
+def test_the_sim_driver_takes_the_randomizations_latency_noise_and_the_policys_history_from_env_overrides():
+    # the dry run hands both commands env_overrides(env_cfg): the driver's robot then has the episode's drawn
+    # action latency (the same draw as sim), the observation noise, and the node the policy's action history
+    import sim
+    from real.sim_driver import SimDriver
+    from real.transport_dds import DdsTransport
+    from robot_rl.dry_run import env_overrides
+    from tests.test_real_config import compose
+
+    want = sim.env_config({"task": "lift", "num_envs": 1, "action_history": 3,
+                           "randomization": {"action_latency": [1, 2], "obs_noise_std": 0.004, "friction": [0.8, 1.2]}})
+    args = env_overrides(want)
+    for command in ("sim_driver", "deploy"):
+        got = sim.env_config(compose(*args, config=command).env)
+        assert got.randomization == want.randomization and got.action_history == 3, command
+    env = lift_env(randomization={"action_latency": [2, 2]})
+    _, cfg = deploy_cfg(f"deploy.domain_id={random.randint(1, 99)}")
+    transport = DdsTransport(cfg.domain_id, loopback=True)
+    try:
+        driver = SimDriver(env, cfg, transport, episodes=1, log=lambda m: None)
+        driver._reset(0)
+        assert driver.episode_latency == pytest.approx(2 / env.cfg.control_hz)
+        q = driver.data.qpos[driver.qpos_adr].copy()
+        t = time.monotonic()
+        driver._cmd_queue.append((t, "pos", q + 0.1))
+        driver._apply_command(t)  # not yet: the command takes effect two control ticks after it arrived
+        assert driver.counts["commands"] == 0
+        time.sleep(2 / env.cfg.control_hz + 0.01)
+        driver._apply_command(time.monotonic())
+        assert driver.counts["commands"] == 1
+        np.testing.assert_allclose(driver.data.ctrl[driver.act_of], q + 0.1)
+    finally:
+        transport.close()
+        env.close()

@@ -156,3 +156,23 @@ def test_bad_residual_config_values_are_named():
         ResidualConfig(scale=0)
     with pytest.raises(ValueError, match=r"unknown rl.residual key\(s\) \['scal'\]"):
         from_mapping(ResidualConfig, {"scal": 0.1}, "rl.residual")
+
+
+def test_a_base_and_residual_read_the_action_history_and_the_zero_residual_is_still_the_base():
+    from policies.base import SpecMismatch
+
+    env = sim.make("lift", num_envs=3, threads=1, action_history=2, task_config={"episode_steps": 12})
+    try:
+        base = _diffusion(env)
+        assert base.spec.obs_dims["prev_actions"] == 2 * env.action_dim
+        residual = ResidualPolicy.build(base, ResidualConfig())
+        assert "prev_actions" in residual.obs_keys
+        base.generator.manual_seed(7)
+        expected = _rollout(env, base)
+        base.generator.manual_seed(7)
+        np.testing.assert_array_equal(_rollout(env, residual), expected)
+        assert expected.shape == (30, 3, env.action_dim)
+        with pytest.raises(SpecMismatch, match=r"'prev_actions'.*trained with env.action_history=2: set it"):
+            base.spec.check_env(sim.make("lift", num_envs=1))
+    finally:
+        env.close()

@@ -31,8 +31,8 @@ def main(cfg: DictConfig) -> None:
         fail(f"realtime_priority={cfg.realtime_priority!r} must be a whole number in [0, 99] (0: off)")
     for k in ("command_latency_s", "state_latency_s", "wait_for_node_s"):
         number(k, cfg[k])
-    for k in ("position_std", "velocity_std", "object_std"):
-        number(f"noise.{k}", cfg.noise[k])
+    noise = {k: env_cfg.randomization.obs_noise_std if cfg.noise[k] is None else number(f"noise.{k}", cfg.noise[k])
+             for k in ("position_std", "velocity_std", "object_std")}  # null: as the randomization's observations
     if dcfg.transport != "dds":
         fail(f"deploy.transport={dcfg.transport!r}: the sim driver speaks DDS only; use a deploy profile with transport: dds")
     env = model_env(env_cfg, dcfg)
@@ -45,8 +45,8 @@ def main(cfg: DictConfig) -> None:
             driver = SimDriver(
                 env, dcfg, transport, rate_hz=rate, seed=int(cfg.seed), episodes=int(cfg.episodes),
                 command_latency_s=float(cfg.command_latency_s), state_latency_s=float(cfg.state_latency_s),
-                position_noise_std=float(cfg.noise.position_std), velocity_noise_std=float(cfg.noise.velocity_std),
-                object_noise_std=float(cfg.noise.object_std), wait_for_node_s=float(cfg.wait_for_node_s),
+                position_noise_std=float(noise["position_std"]), velocity_noise_std=float(noise["velocity_std"]),
+                object_noise_std=float(noise["object_std"]), wait_for_node_s=float(cfg.wait_for_node_s),
                 realtime_priority=int(cfg.realtime_priority),
             )
         except ValueError as e:

@@ -176,11 +176,12 @@ def main(cfg: DictConfig) -> None:
                     return summary(evaluate(policy, "BC + residual", out, videos=int(cfg.videos)))
 
                 def deploy(out):
-                    from robot_rl.dry_run import dry_run
+                    from robot_rl.dry_run import dry_run, env_overrides
 
                     task = bar.add_task("deploy: dry run over DDS (episodes)", total=int(cfg.deploy_episodes))
                     return dry_run(out, run_dir / "residual" / "policy", env_cfg.task, int(cfg.deploy_episodes),
-                                   seed=int(cfg.eval_seed), progress=lambda n: bar.advance(task, n))
+                                   seed=int(cfg.eval_seed), progress=lambda n: bar.advance(task, n),
+                                   env_args=env_overrides(env_cfg))
 
                 pipe = Pipeline(run_dir, force=bool(cfg.force))
                 for name, fn in (("expert", expert), ("demos", demos), ("bc", bc), ("eval_bc", eval_bc),
