@@ -47,7 +47,7 @@ def help_page(config_name: str, doc: str | None, overrides: list[str]) -> str:
 def page(doc: str, cfg, config_name: str | None = None) -> str:
     """The help text of the command whose composed config (with its `hydra` node) is `cfg`."""
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import OmegaConf
 
     from robot_rl.common.cli import command_name
 
@@ -62,7 +62,7 @@ def page(doc: str, cfg, config_name: str | None = None) -> str:
     for key, value in values.items():
         if key == "hydra":
             continue
-        if isinstance(cfg[key] if not OmegaConf.is_missing(cfg, key) else None, DictConfig):
+        if isinstance(value, dict):
             nested.append((key, value))
             continue
         out += _entry(f"{key}={_show(value)}", notes.get(key, ""), width)
@@ -141,8 +141,8 @@ def key_comments(config_name: str) -> dict[str, str]:
 
 def source_comments(text: str, indent: int) -> dict[str, str]:
     """key -> comment of `key: ...  # comment` lines at `indent` spaces (YAML keys, dataclass fields). Comment lines
-    right under such a line continue it when they do not start with a capital and the next key has its own comment; other
-    comment lines right above a key without one describe that key."""
+    right under such a line continue it when they do not start with a capital and the next key has its own comment;
+    other comment lines right above a key without one describe that key."""
     key_line = re.compile(rf"^ {{{indent}}}(\w+)\s*:(.*)$")
     rows = []  # (key, inline comment) | ("#", comment text) | None (anything else)
     for line in text.splitlines():
