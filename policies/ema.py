@@ -2,6 +2,11 @@
 
 decay(step) = min(max_decay, 1 - (1 + step / inv_gamma) ** -power): early averages follow the weights
 closely, later ones average over many steps. Evaluation and deployment use the EMA weights.
+
+Kept instead of diffusers' EMAModel, whose use_ema_warmup schedule is this one (same decays and weights, checked over
+3,000 updates): EMAModel keeps the average as loose tensors, while our policies act with, trace and checkpoint
+(`ema.*`) the averaged *module* and copy its buffers, and importing diffusers.training_utils costs ~3 s (it imports
+transformers when installed) on every policy load, the deploy node's included.
 """
 
 from __future__ import annotations

@@ -6,21 +6,19 @@ that says "success rate" is computed the same way.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (95% for z = 1.96)."""
-    if n <= 0:
+def wilson_interval(successes: int, n: int) -> tuple[float, float]:
+    """95% Wilson score interval of a binomial proportion (scipy's); (0, 1) when there are no trials."""
+    if n <= 0:  # binomtest refuses n = 0; callers print (0, 1): nothing is known
         return 0.0, 1.0
-    p = successes / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    from scipy.stats import binomtest  # ~1 s to import: only when an interval is computed
+
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def evaluate_policy(env, policy, episodes: int, seed: int = 0, videos: int = 0, video_dir: str | Path | None = None,

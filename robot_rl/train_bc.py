@@ -167,6 +167,12 @@ def store_instructions(store) -> np.ndarray:
 
 
 def lr_lambda(warmup: int, total: int):
+    """LR factor at `step`: linear warm-up (step + 1) / warmup, then a half cosine to 0 at `total`.
+
+    Kept instead of diffusers' get_cosine_schedule_with_warmup: its warm-up is step / warmup, so the first step runs at
+    lr 0 and the whole warm-up one step behind ours (reward training, which has no warm-up, uses it); switching would
+    change the learning rate of every BC run's first `warmup` steps, and what a checkpoint resumes."""
+
     def f(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup

@@ -133,3 +133,13 @@ def test_wilson_interval_matches_known_values():
     assert wilson_interval(10, 10)[0] == pytest.approx(0.7225, abs=1e-4)
     lo, hi = wilson_interval(8, 10)
     assert lo == pytest.approx(0.4902, abs=1e-4) and hi == pytest.approx(0.9433, abs=1e-4)
+
+
+def test_wilson_interval_is_scipys_and_knows_nothing_without_trials():
+    from scipy.stats import binomtest
+
+    for n in (1, 7, 50):
+        for k in range(n + 1):
+            ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+            assert wilson_interval(k, n) == (ci.low, ci.high)
+    assert wilson_interval(0, 0) == (0.0, 1.0)

@@ -60,7 +60,7 @@ def fill_placeholders(arg: str) -> str:
 
 # Hydra's own command-line flags (not overrides): flag -> whether it takes a value (`--cfg job`)
 HYDRA_FLAGS = {"--cfg": True, "-c": True, "--package": True, "-p": True, "--resolve": False, "--info": False,
-               "--help": False, "--hydra-help": False}
+               "--help": False, "--hydra-help": False, "-m": False, "--multirun": False}
 
 
 def drop_hydra_flags(words: list[str]) -> list[str]:

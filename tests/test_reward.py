@@ -294,3 +294,25 @@ def test_residual_rl_is_warned_when_the_reward_model_saw_no_rollouts_of_its_base
     model.info["rollout_policies"].append({"policy": "copy", "sha256": sha, "episodes": 9,
                                            "failed": 9})
     assert rollout_mismatch(model, sha, "runs/weak/policy") is None
+
+
+def test_reward_training_lr_decays_by_cosine_to_zero_over_its_steps(monkeypatch):
+    from robot_rl.reward.train import RewardTrainConfig, _fit
+
+    lrs, step = [], torch.optim.AdamW.step
+
+    def recording_step(self, *args, **kwargs):
+        lrs.append(self.param_groups[0]["lr"])
+        return step(self, *args, **kwargs)
+
+    class Log:
+        def scalar(self, *args):
+            pass
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    torch.manual_seed(0)
+    net, n = RewardModel.build(SPEC, hidden=(8,)).progress_net, 20
+    cfg = RewardTrainConfig(steps=7, batch_size=8, lr=1e-3)
+    _fit(net, _obs(n), np.arange(n), np.zeros(n, np.float32), np.ones(n), cfg, np.random.default_rng(0), Log(), "p")
+    # the schedule it had before diffusers' get_cosine_schedule_with_warmup (no warm-up) replaced it, step for step
+    assert lrs == [1e-3 * 0.5 * (1 + np.cos(np.pi * min(1.0, s / 7))) for s in range(7)]

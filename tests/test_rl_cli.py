@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import sim
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, run_cli, run_main
 from policies import load_policy
 from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
 from robot_rl.data.stats import KeyStats
@@ -146,3 +146,38 @@ def test_compare_reports_the_first_evaluation_reaching_a_level(tmp_path, capsys)
     assert (tmp_path / "m.png").stat().st_size > 10_000
     with pytest.raises(SystemExit):
         main([f"sparse={tmp_path / 'sparse'}", "--out", str(tmp_path / "c.png"), "--reach", "80"])
+
+
+def test_a_seed_sweep_lands_under_runs_and_compare_reads_it_as_one_label(lift_base, tmp_path, monkeypatch, capsys):
+    from robot_rl.rl.compare import main
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main("robot-rl-train-residual", ["-m", "rl.seed=0,1", "task=lift", f"base={lift_base}",
+                                                          *TINY_ENV, *TINY_RL, "rl.env_steps=40"], capsys, monkeypatch)
+    assert code == 0, out + err
+    sweeps = list((tmp_path / "runs/train_residual/multirun").glob("*/*"))  # <date>/<time>
+    assert len(sweeps) == 1 and not (tmp_path / "multirun").exists(), sorted(tmp_path.rglob("*"))
+    assert sorted(p.name for p in sweeps[0].iterdir() if p.is_dir()) == ["0", "1"]
+    from omegaconf import OmegaConf
+
+    assert [OmegaConf.load(sweeps[0] / j / "config.yaml").rl.seed for j in ("0", "1")] == [0, 1]
+    main([f"residual={sweeps[0]}", "--out", str(tmp_path / "c.png"), "--reach", "0"])
+    line = json.loads(capsys.readouterr().out.splitlines()[1])
+    assert line["run"] == "residual" and line["runs"] == 2 and line["each"] == [0, 0]
+
+
+def test_compare_splits_a_sweep_by_the_settings_its_jobs_differ_in_besides_seeds(tmp_path, capsys):
+    from robot_rl.rl.compare import main
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("{}\n")
+    for job, (utd, seed, y) in enumerate([(1, 0, 0.5), (1, 1, 0.7), (2, 0, 0.9), (2, 1, 0.9)]):
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+        (sweep / str(job) / ".hydra" / "overrides.yaml").write_text(f"- task=lift\n- rl.utd={utd}\n- rl.seed={seed}\n")
+        hist = {"eval/success_rate": [[100, y / 2], [200, y]]}
+        (sweep / str(job) / "metrics.json").write_text(json.dumps({"history": hist}))
+    main([f"residual={sweep}", "--out", str(tmp_path / "c.png"), "--reach", "0.8"])
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()[1:]]
+    assert [(x["run"], x["runs"], x["best"], x["each"]) for x in lines] == [
+        ("residual[rl.utd=1]", 2, pytest.approx(0.6), [None, None]), ("residual[rl.utd=2]", 2, 0.9, [200, 200])]

@@ -12,6 +12,10 @@ A rosbag2 of a deployment becomes episodes with robot-rl-import-rosbag (real/cli
 
 A path that is not a store, a corrupted store, a locked OUT or stores with different keys: exit code 2
 and one line naming the path and the problem.
+
+argparse, not Hydra like the other robot-rl-* commands: these are subcommands on paths (merge OUT IN1 IN2 ...)
+that take seconds and write no run directory. Hydra has neither subcommands nor positional arguments, and its run
+directory, config groups and -m sweeps would have nothing to act on here.
 """
 
 from __future__ import annotations
@@ -99,7 +103,11 @@ def _verify(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = ArgumentParser(prog="robot-rl-data", description="Inspect and combine episode stores.")
+    import argparse
+
+    paragraphs = __doc__.strip().split("\n\n")  # what it does and the subcommands; then the details
+    parser = ArgumentParser(prog="robot-rl-data", description="\n\n".join(paragraphs[:2]),
+                            epilog="\n\n".join(paragraphs[2:]), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="episodes, steps, keys with shapes and dtypes, success rate, sources")
     p.add_argument("path")

@@ -105,11 +105,15 @@ def hydra_command(config_name: str) -> Callable[[Callable], Callable[[], None]]:
                 fail(f"{key}=??? has no value; give one on the command line ({key}=...)")
 
         hydra_main = hydra.main(version_base=None, config_path="pkg://configs", config_name=config_name)(run)
+        doc = sys.modules[task.__module__].__doc__  # what --help says the command does (robot_rl.common.cli_help)
 
         @functools.wraps(task)
         def main(cfg=None):
             if cfg is not None:  # called with a composed config
                 return task(cfg)
+            from robot_rl.common import cli_help
+
+            cli_help.register(doc)
             from hydra.errors import HydraException
             from omegaconf.errors import OmegaConfBaseException
 
@@ -118,6 +122,10 @@ def hydra_command(config_name: str) -> Callable[[Callable], Callable[[], None]]:
             saved.update(started=False, old=os.environ.get("HYDRA_FULL_ERROR"))
             os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its composition errors instead of printing them
             try:
+                if cli_help.wants_help(sys.argv[1:]):
+                    print(cli_help.help_page(config_name, doc, [a for a in sys.argv[1:] if not a.startswith("-")]),
+                          end="")
+                    sys.exit(0)
                 return hydra_main()
             except (HydraException, OmegaConfBaseException) as e:
                 if saved["started"]:

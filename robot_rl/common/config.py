@@ -84,6 +84,15 @@ def register(group: str, name: str, cls: type) -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(group=group, name=name, node=defaults(cls))
+    _REGISTERED[f"{group}/{name}"] = cls
+
+
+_REGISTERED: dict[str, type] = {}
+
+
+def registered(group: str, name: str) -> type | None:
+    """The dataclass `register` stored as `<group>/<name>` (its field comments document a command's keys)."""
+    return _REGISTERED.get(f"{group}/{name}")
 
 
 # ---- conversion ---------------------------------------------------------------------------------------------

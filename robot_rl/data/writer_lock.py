@@ -3,6 +3,11 @@
 The kernel drops a flock when its holder exits for any reason, SIGKILL included, so a killed writer
 never leaves a stale lock. flock is per open file, so a second writer in the same process is refused
 too. flock is not reliable on some network file systems (old NFS); keep stores on local disks.
+
+Kept instead of `filelock`: its Unix lock is this same flock, but the store needs what it does not give: the holder's
+pid in the lock file and in the refusal (filelock's Timeout names only the file), the locked descriptor (a new store is
+locked in a temp directory, checked to still be that file, and renamed into place holding the lock), and no fallback
+to a lock file that outlives a SIGKILL (filelock 4.2 falls back to one where flock is missing unless told not to).
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ default suits an operator standing behind the robot, looking along its +x (push 
 axis moves the wrong way on your setup, flip its sign in configs/hil/spacemouse.yaml.
 
 The backend is the `hid` module of hidapi (`pip install hidapi`); the ctypes `hid` package works too.
+
+Kept instead of pyspacemouse (MIT): it reads through easyhid, which loads the system's libhidapi-hidraw at import (an
+apt package, not the self-contained hidapi wheel of the `teleop` extra), and gives levels of its own scaled axes, one
+report per read; the device interface (robot_rl/hil/device.py) needs every pending report per poll, button presses
+as edges and a configurable raw-axis mapping: this small parser.
 """
 
 from __future__ import annotations

@@ -161,8 +161,10 @@ def _fit(net, obs: dict[str, np.ndarray], rows: np.ndarray, target: np.ndarray, 
             enc.set_stats(obs[k][rows])
     if instruction is not None:
         net.encoder.set_text_stats(instruction[rows])
+    from diffusers.optimization import get_cosine_schedule_with_warmup
+
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + np.cos(np.pi * min(1.0, s / cfg.steps))))
+    sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=0, num_training_steps=cfg.steps)
     n, losses, last = len(y), [], float("nan")
     net.train()
     for step in range(1, cfg.steps + 1):

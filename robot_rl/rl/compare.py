@@ -3,6 +3,9 @@
     python -m robot_rl.rl.compare residual=runs/train_residual/<a> scratch=runs/train_residual/<b> \
         base=runs/train_residual/<c> --out compare.png [--x time] [--reach 0.8]
 
+A seed sweep (`robot-rl-train-residual -m rl.seed=0,1,2 ...`) is one argument: `residual=<the sweep directory>`
+(runs/train_residual/multirun/<date>/<time>, holding multirun.yaml) stands for its job directories; jobs that differ
+in more than a seed (`-m rl.seed=0,1 rl.utd=1,2`) become one label per setting, `residual[rl.utd=1]`, ...
 A label given more than once (seeds: `sparse=<s0> sparse=<s1> ...`) is drawn as the mean over its runs at the
 evaluations they share, with their min-max as a band. `--reach LEVEL` also prints one JSON line per run: the first evaluation at or above LEVEL (env steps, or
 training seconds with --x time; null when none reached it) and the best success (for a label of several runs: of their mean curve, with each run's first step too).
@@ -49,6 +52,40 @@ def load_curve(run_dir: str | Path, x: str = "steps") -> dict:
         xs = steps
     ci = metrics.get("success_ci95")
     return {"x": xs, "y": ys, "ci": tuple(ci) if ci else None}
+
+
+def sweep_runs(label: str, path: str | Path) -> dict[str, list[Path]]:
+    """{label: [run dirs]} of one label=RUN_DIR argument: the run itself, or the jobs of a Hydra sweep directory (-m;
+    multirun.yaml in it), one label per setting of the keys the jobs differ in besides seeds (each job's command line
+    is its .hydra/overrides.yaml)."""
+    path = Path(path)
+    if not (path / "multirun.yaml").is_file():
+        return {label: [path]}
+    jobs = sorted((p for p in path.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    if not jobs:
+        raise ValueError(f"{path} is a sweep directory without job directories (did the sweep start?)")
+    settings = [_job_settings(j) for j in jobs]
+    varied = sorted({k for s in settings for k in s if len({t.get(k) for t in settings}) > 1})
+    groups: dict[str, list[Path]] = {}
+    for job, s in zip(jobs, settings):
+        name = f"{label}[{','.join(f'{k}={s.get(k)}' for k in varied)}]" if varied else label
+        groups.setdefault(name, []).append(job)
+    return groups
+
+
+def _job_settings(job: Path) -> dict[str, str]:
+    """key -> value of a sweep job's overrides, seeds left out."""
+    from omegaconf import OmegaConf
+
+    record = job / ".hydra" / "overrides.yaml"
+    if not record.is_file():
+        raise FileNotFoundError(f"{record} does not exist: is {job} a finished job of the sweep?")
+    out = {}
+    for item in OmegaConf.to_container(OmegaConf.load(record)):
+        key, _, value = str(item).partition("=")
+        if key.lstrip("+~").split(".")[-1] != "seed":
+            out[key] = value
+    return out
 
 
 def first_reaching(curve: dict, level: float) -> float | None:
@@ -112,7 +149,7 @@ def plot_comparison(runs: dict, out: str | Path, x: str = "steps", title: str = 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", help="label=RUN_DIR")
+    ap.add_argument("runs", nargs="+", help="label=RUN_DIR (or label=SWEEP_DIR: the jobs of a -m sweep)")
     ap.add_argument("--out", required=True, help="PNG path")
     ap.add_argument("--x", choices=X_AXES, default="steps", help="x axis: env steps or training seconds")
     ap.add_argument("--title", default="")
@@ -128,6 +165,12 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"{item!r}: give runs as label=RUN_DIR")
         runs.setdefault(label, []).append(path)
     try:
+        expanded: dict[str, list] = {}
+        for label, paths in runs.items():
+            for p in paths:
+                for name, dirs in sweep_runs(label, p).items():
+                    expanded.setdefault(name, []).extend(dirs)
+        runs = expanded
         print(plot_comparison(runs, args.out, args.x, args.title))
         if args.reach is not None:
             key = f"first_{args.x}_at_{args.reach:g}"
