@@ -1,4 +1,4 @@
-"""Every command line in the README's code blocks parses against the code it names.
+"""Every command line in the code blocks of the README and docs/*.md parses against the code it names.
 
 The commands themselves run (at small sizes) in the CLI tests and in the quickstart; this test catches the
 README drifting from the configs: a renamed key, a removed config group, a Hydra override that no longer
@@ -38,9 +38,13 @@ ARGPARSE = {
 PLACEHOLDER = "/tmp/readme-placeholder"
 
 
+GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # the user's guide: README and docs/*.md
+# (docs/results/ holds studies: their command lines are records of what ran)
+
+
 def readme_commands() -> list[str]:
-    """Command lines of the README's fenced code blocks: continuations joined, comments dropped."""
-    text = (ROOT / "README.md").read_text()
+    """Command lines of the guide's fenced code blocks: continuations joined, comments dropped."""
+    text = "\n".join(p.read_text() for p in GUIDES)
     out = []
     for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
