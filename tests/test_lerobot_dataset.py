@@ -101,6 +101,27 @@ def test_near_lossless_video_and_a_keys_file_rename_and_narrow_the_mapping(cam_s
         np.testing.assert_array_equal(dst.read(key), src.read(key), err_msg=key)
 
 
+def test_episodes_shorter_than_the_encoders_lookahead_share_a_video_file(tmp_path):
+    """Encoders hold their first frames back: the file of a camera exists only after several short episodes."""
+    from robot_rl.data import Episode
+
+    rng = np.random.default_rng(0)
+    eps = [Episode(steps={"obs/images/top": rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8).repeat(2, 1).repeat(2, 2),
+                          "action": rng.normal(size=(n, 2)).astype(np.float32), "intervention": np.zeros(n, bool)},
+                   task="lift", source="teleop", success=True) for n in (1, 2, 3, 2)]
+    with EpisodeStore.open(tmp_path / "s.zarr", mode="a") as s:
+        s.append(eps)
+    for vcodec, pix_fmt in (("libsvtav1", "yuv420p"), ("h264", "yuv444p")):
+        out, back = tmp_path / f"{vcodec}-lr", tmp_path / f"{vcodec}.zarr"
+        export_lerobot(EpisodeStore.open(tmp_path / "s.zarr"), out, video=VideoOptions(vcodec=vcodec, crf=0, pix_fmt=pix_fmt))
+        import_lerobot(out, back)
+        store = EpisodeStore.open(back)
+        assert store.episode_ends.tolist() == [1, 3, 6, 8]
+        np.testing.assert_array_equal(store.read("action"), np.concatenate([e.steps["action"] for e in eps]))
+    frames = np.concatenate([e.steps["obs/images/top"] for e in eps])
+    assert _frames_diff(store.read("obs/images/top"), frames).max() <= 2
+
+
 def test_export_is_in_lerobot_v30_layout(cam_store, exported):
     src = EpisodeStore.open(cam_store)
     info = json.loads((exported / "meta/info.json").read_text())

@@ -314,17 +314,19 @@ class _Exporter:
 
     def run(self, episodes: list[int], progress) -> dict:
         rows, ep_stats, index = [], [], 0
-        for n, e in enumerate(episodes):
-            ep = self.store.episode(e)
-            row, stats = self._episode(ep, e, n, index)
-            rows.append(row)
-            ep_stats.append(stats)
-            index += ep.length
-            if progress is not None:
-                progress(1)
-        self.data.close()
-        for v in self.videos.values():
-            v.close()
+        try:
+            for n, e in enumerate(episodes):
+                ep = self.store.episode(e)
+                row, stats = self._episode(ep, e, n, index)
+                rows.append(row)
+                ep_stats.append(stats)
+                index += ep.length
+                if progress is not None:
+                    progress(1)
+        finally:  # also on an error: an encoder dropped unflushed complains on stderr
+            self.data.close()
+            for v in self.videos.values():
+                v.close()
         features = self._features()
         stats = {f: _aggregate([s[f] for s in ep_stats]) for f in ep_stats[0]}
         table = {k: [r[k] for r in rows] for k in rows[0]}
@@ -410,7 +412,7 @@ class _ParquetFiles:
         self.root, self.pq, self.writer, self.chunk, self.file = root, pq, None, 0, -1
 
     def write(self, table) -> tuple[int, int]:
-        if self.writer is not None and self.path.stat().st_size >= DATA_FILE_MB * 2**20:
+        if self.writer is not None and _size(self.path) >= DATA_FILE_MB * 2**20:
             self.close()
         if self.writer is None:
             self.chunk, self.file = _next_file(self.chunk, self.file)
@@ -424,6 +426,11 @@ class _ParquetFiles:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+
+
+def _size(path: Path) -> int:
+    """Bytes written so far (0 before the first: an encoder holds its first frames back)."""
+    return path.stat().st_size if path.exists() else 0
 
 
 def _next_file(chunk: int, file: int) -> tuple[int, int]:
@@ -452,7 +459,7 @@ class _VideoWriter:
     def _write(self, frames: np.ndarray) -> tuple[int, int, float, float]:
         import av
 
-        if self.out is not None and self.path.stat().st_size >= VIDEO_FILE_MB * 2**20:
+        if self.out is not None and _size(self.path) >= VIDEO_FILE_MB * 2**20:
             self.close()
         if self.out is None:
             self.chunk, self.file = _next_file(self.chunk, self.file)
