@@ -113,13 +113,27 @@ def test_episodes_shorter_than_the_encoders_lookahead_share_a_video_file(tmp_pat
         s.append(eps)
     for vcodec, pix_fmt in (("libsvtav1", "yuv420p"), ("h264", "yuv444p")):
         out, back = tmp_path / f"{vcodec}-lr", tmp_path / f"{vcodec}.zarr"
-        export_lerobot(EpisodeStore.open(tmp_path / "s.zarr"), out, video=VideoOptions(vcodec=vcodec, crf=0, pix_fmt=pix_fmt))
+        video = VideoOptions(vcodec=vcodec, crf=0, pix_fmt=pix_fmt)
+        export_lerobot(EpisodeStore.open(tmp_path / "s.zarr"), out, video=video)
         import_lerobot(out, back)
         store = EpisodeStore.open(back)
         assert store.episode_ends.tolist() == [1, 3, 6, 8]
         np.testing.assert_array_equal(store.read("action"), np.concatenate([e.steps["action"] for e in eps]))
     frames = np.concatenate([e.steps["obs/images/top"] for e in eps])
     assert _frames_diff(store.read("obs/images/top"), frames).max() <= 2
+
+
+def test_odd_image_sizes_with_h264_yuv420p_are_refused_before_anything_is_written(tmp_path):
+    from robot_rl.data import Episode
+    from robot_rl.data.lerobot_dataset import LeRobotError
+
+    ep = Episode(steps={"obs/images/top": np.zeros((2, 9, 8, 3), np.uint8), "intervention": np.zeros(2, bool)},
+                 task="lift", source="teleop", success=True)
+    with EpisodeStore.open(tmp_path / "s.zarr", mode="a") as s:
+        s.append(ep)
+    with pytest.raises(LeRobotError, match="9x8: h264 with yuv420p needs even sizes; use vcodec libsvtav1"):
+        export_lerobot(EpisodeStore.open(tmp_path / "s.zarr"), tmp_path / "lr", video=VideoOptions(vcodec="h264"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
 
 
 def test_export_is_in_lerobot_v30_layout(cam_store, exported):
@@ -129,7 +143,8 @@ def test_export_is_in_lerobot_v30_layout(cam_store, exported):
     assert info["total_episodes"] == 3 and info["total_frames"] == src.n_steps and info["splits"] == {"train": "0:3"}
     f = info["features"]
     assert f["observation.state"]["shape"] == [31]  # object (11) then proprio (20): sorted, split recorded in names
-    assert f["observation.state"]["names"][:2] == ["object.0", "object.1"] and f["observation.state"]["names"][11] == "proprio.0"
+    names = f["observation.state"]["names"]
+    assert names[:2] == ["object.0", "object.1"] and names[11] == "proprio.0"
     assert f["observation.images.front"]["shape"] == [24, 32, 3] and f["observation.images.front"]["dtype"] == "video"
     assert f["observation.images.front"]["info"]["video.codec"] == "av1"
     assert f["observation.images.front"]["info"]["video.pix_fmt"] == "yuv420p"
@@ -148,7 +163,8 @@ def test_export_is_in_lerobot_v30_layout(cam_store, exported):
     np.testing.assert_array_equal(data["next.done"].to_numpy(zero_copy_only=False), done)
 
     eps = pq.read_table(exported / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
-    assert [e["dataset_to_index"] for e in eps] == ends.tolist() and [e["length"] for e in eps] == np.diff(ends, prepend=0).tolist()
+    assert [e["dataset_to_index"] for e in eps] == ends.tolist()
+    assert [e["length"] for e in eps] == np.diff(ends, prepend=0).tolist()
     assert eps[1]["videos/observation.images.front/from_timestamp"] == pytest.approx(ends[0] / 20)
     assert eps[2]["videos/observation.images.wrist/to_timestamp"] == pytest.approx(ends[2] / 20)
     assert (exported / "videos/observation.images.wrist/chunk-000/file-000.mp4").is_file()

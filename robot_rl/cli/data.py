@@ -1,4 +1,4 @@
-"""robot-rl-data: inspect and combine episode stores.
+"""robot-rl-data: inspect and combine episode stores; LeRobot datasets in and out.
 
     robot-rl-data info PATH [--json]          episodes, steps, keys (shape, dtype), success rate, sources
     robot-rl-data merge OUT IN1 [IN2 ...]     append every episode of IN1, IN2, ... to OUT (created if missing)
@@ -19,11 +19,11 @@ gives the whole mapping ({"state_keys": [...], "cameras": {...}, "features": {..
 AV1 crf 30 yuv420p is lossy; --vcodec h264 --crf 0 --pix-fmt yuv444p is near-lossless. Both write into a temp
 directory renamed at the end: OUT appears whole or not at all, and must not exist (or be empty).
 
-A path that is not a store, a corrupted store, a locked OUT or stores with different keys: exit code 2
-and one line naming the path and the problem.
+A path that is not a store (or not a LeRobot v3.0 dataset), a corrupted one, a locked or existing OUT, stores with
+different keys, a NaN on its way to LeRobot or back: exit code 2 and one line naming the path and the problem.
 
 argparse, not Hydra like the other robot-rl-* commands: these are subcommands on paths (merge OUT IN1 IN2 ...)
-that take seconds and write no run directory. Hydra has neither subcommands nor positional arguments, and its run
+that take seconds to minutes and write no run directory. Hydra has neither subcommands nor positional arguments, and its run
 directory, config groups and -m sweeps would have nothing to act on here.
 """
 
@@ -161,10 +161,10 @@ def _export_lerobot(args) -> None:
 
 def _import_lerobot(args) -> None:
     from robot_rl.common.cli import progress_bar
-    from robot_rl.data.lerobot_dataset import LeRobotDataset, import_lerobot
+    from robot_rl.data.lerobot_dataset import LeRobotDir, import_lerobot
 
     keys = _keys(args)
-    ds = LeRobotDataset(args.src)
+    ds = LeRobotDir(args.src)
     with progress_bar() as bar:
         task = bar.add_task("import", total=len(ds.episodes))
         s = import_lerobot(ds, args.out, keys, task=args.task, source=args.source, success=args.success == "true",

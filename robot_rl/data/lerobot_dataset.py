@@ -92,7 +92,7 @@ class VideoOptions:
         if self.pix_fmt not in ("yuv420p", "yuv444p"):
             raise ValueError(f"pix_fmt={self.pix_fmt!r}; valid: yuv420p, yuv444p")
         if self.pix_fmt == "yuv444p" and self.vcodec != "h264":
-            raise ValueError(f"pix_fmt=yuv444p needs vcodec=h264 (LeRobot refuses it with {self.vcodec})")
+            raise ValueError(f"pix_fmt=yuv444p needs vcodec=h264 (LeRobot falls back to yuv420p with {self.vcodec})")
         if not (isinstance(self.crf, int) and 0 <= self.crf <= 51):
             raise ValueError(f"crf={self.crf!r} must be a whole number in [0, 51]")
         if not (isinstance(self.g, int) and self.g >= 1):
@@ -172,7 +172,8 @@ def export_plan(specs: dict[str, KeySpec], keys: DatasetKeys) -> tuple[list[Colu
         else:
             cols.append(Column(feature, "value", [k], [1], str(spec.dtype), [1], None))
     names = [c.feature for c in cols]
-    clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(FRAME_FEATURES) | {DONE} & set(names)))
+    ours = set(FRAME_FEATURES) | ({DONE} if {"terminated", "truncated"} & {k for c in cols for k in c.keys} else set())
+    clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & ours))
     if clash:
         raise LeRobotError(f"LeRobot feature(s) {clash} would be written twice or clash with LeRobot's own columns; "
                            "rename them in the features mapping (--keys)")
@@ -286,8 +287,8 @@ def export_lerobot(store: EpisodeStore, out: str | Path, keys: DatasetKeys | Non
     if not episodes:
         raise LeRobotError(f"episode store {store.path} has no intact episodes to export")
     cols, left_out = export_plan(store.keys, keys)
-    for c in cols:
-        if c.kind == "video" and video.pix_fmt == "yuv420p" and video.vcodec != "libsvtav1" and (c.shape[0] % 2 or c.shape[1] % 2):
+    for c in (c for c in cols if c.kind == "video"):
+        if (c.shape[0] % 2 or c.shape[1] % 2) and video.pix_fmt == "yuv420p" and video.vcodec != "libsvtav1":
             raise LeRobotError(f"{c.keys[0]} is {c.shape[0]}x{c.shape[1]}: {video.vcodec} with yuv420p needs even sizes; "
                                "use vcodec libsvtav1, or h264 with pix_fmt yuv444p")
     pa, pq = _arrow()
@@ -471,6 +472,8 @@ class _VideoWriter:
             options = {"g": str(self.opts.g), "crf": str(self.opts.crf)}
             if self.opts.vcodec == "libsvtav1":
                 options["preset"] = "12"  # LeRobot's
+            elif self.opts.vcodec == "hevc":
+                options["x265-params"] = "log-level=error"  # x265 prints ~25 info lines per file on stderr
             self.stream = self.out.add_stream(self.opts.vcodec, rate=self.fps, options=options)
             self.stream.width, self.stream.height = int(frames.shape[2]), int(frames.shape[1])
             self.stream.pix_fmt = self.opts.pix_fmt
@@ -559,14 +562,15 @@ def _check_new(out: Path, what: str) -> None:
 
 
 # ---- import -----------------------------------------------------------------------------------------------------
-class LeRobotDataset:
+class LeRobotDir:
     """A local LeRobot v3.0 dataset directory, checked on opening: info, tasks, episodes (no frames read yet)."""
 
     def __init__(self, root: str | Path):
         self.root = root = Path(root)
         self.pa, self.pq = _arrow()
         if not root.is_dir():
-            raise LeRobotError(f"no LeRobot dataset at {root}: " + ("it is a file" if root.exists() else "it does not exist"))
+            raise LeRobotError(f"no LeRobot dataset at {root}: "
+                               + ("it is a file" if root.exists() else "it does not exist"))
         info_file = root / "meta/info.json"
         if not info_file.is_file():
             if (root / "meta/episodes.jsonl").is_file() or (root / "meta/tasks.jsonl").is_file():
@@ -578,7 +582,8 @@ class LeRobotDataset:
         except (OSError, ValueError) as e:
             raise LeRobotError(f"{info_file} is not valid JSON ({e}); the dataset is damaged: download or convert it "
                                "again") from None
-        missing = [k for k in ("codebase_version", "fps", "features", "data_path") if not isinstance(info, dict) or k not in info]
+        missing = [k for k in ("codebase_version", "fps", "features", "data_path")
+                   if not isinstance(info, dict) or k not in info]
         if missing:
             raise LeRobotError(f"{info_file} lacks {missing}; it is not a LeRobot v3.0 info.json")
         version = str(info["codebase_version"])
@@ -654,8 +659,8 @@ class LeRobotDataset:
             yield self.root / self.info["data_path"].format(chunk_index=chunk, file_index=file), eps
 
 
-def import_lerobot(src: "str | Path | LeRobotDataset", out: str | Path, keys: DatasetKeys | None = None, task: str | None = None,
-                   source: str = "teleop", success: bool = True,
+def import_lerobot(src: "str | Path | LeRobotDir", out: str | Path, keys: DatasetKeys | None = None,
+                   task: str | None = None, source: str = "teleop", success: bool = True,
                    progress: Callable[[int], None] | None = None) -> dict:
     """Every episode of the LeRobot v3.0 dataset `src` into a new episode store `out`; returns a summary.
 
@@ -664,7 +669,7 @@ def import_lerobot(src: "str | Path | LeRobotDataset", out: str | Path, keys: Da
     keys, out = keys or DatasetKeys(), Path(out)
     if source not in SOURCES:
         raise LeRobotError(f"source={source!r}; valid sources: {', '.join(SOURCES)}")
-    ds = src if isinstance(src, LeRobotDataset) else LeRobotDataset(src)
+    ds = src if isinstance(src, LeRobotDir) else LeRobotDir(src)
     cols, left_out = import_plan(ds.features, keys, str(ds.root))
     if not cols:
         raise LeRobotError(f"{ds.root}: the key mapping imports none of its features {sorted(ds.features)}")
@@ -710,7 +715,7 @@ def import_lerobot(src: "str | Path | LeRobotDataset", out: str | Path, keys: Da
             "keys": {c.feature: c.keys for c in cols}, "left_out": left_out}
 
 
-def _column(col, c: Column, where: str, ds: LeRobotDataset) -> np.ndarray:
+def _column(col, c: Column, where: str, ds: LeRobotDir) -> np.ndarray:
     """Values of one non-video feature over an episode's frames: [T, width] (state / vectors) or [T] (scalars)."""
     if col.null_count:
         raise LeRobotError(f"{where}: {c.feature} has missing (null) values; the dataset is damaged")
@@ -750,7 +755,7 @@ def _column(col, c: Column, where: str, ds: LeRobotDataset) -> np.ndarray:
     return a
 
 
-def _episode(steps: dict, row: dict, ds: LeRobotDataset, part, task: str, source: str, success: bool, e: int) -> Episode:
+def _episode(steps: dict, row: dict, ds: LeRobotDir, part, task: str, source: str, success: bool, e: int) -> Episode:
     """The Episode of one LeRobot episode: our attributes from robot_rl/* columns, else from the arguments."""
     if row.get(ATTRS + "task"):
         return Episode(steps=steps, task=row[ATTRS + "task"], source=row[ATTRS + "source"],
@@ -766,7 +771,7 @@ def _episode(steps: dict, row: dict, ds: LeRobotDataset, part, task: str, source
 class _VideoReader:
     """The frames of one video key, read forward through its files: episodes are stored in order."""
 
-    def __init__(self, ds: LeRobotDataset, key: str):
+    def __init__(self, ds: LeRobotDir, key: str):
         self.ds, self.key, self.path = ds, key, None
         self.frames_iter = self.container = self.pending = None
 
