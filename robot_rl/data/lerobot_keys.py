@@ -1,4 +1,4 @@
-"""Our keys and LeRobot's feature names: one table for LeRobot datasets (lerobot_dataset.py) and policies (policies/external.py).
+"""Our keys and LeRobot's feature names, one table for LeRobot datasets (lerobot_dataset.py) and policies (external.py).
 
     ours (episode store / observation)              LeRobot feature
     obs/<key>, the vector keys in `state_keys`      observation.state, concatenated in that order; its names
