@@ -23,12 +23,13 @@ def frame_image(t: int) -> np.ndarray:
                      np.full((H, W), 20.0 + 9 * t)], -1).clip(0, 255).astype(np.uint8)
 
 
-def write_v30(root: Path, nan_in_episode: int | None = None, version: str = "v3.0") -> dict[str, np.ndarray]:
+def write_v30(root: Path, nan_in_episode: int | None = None, version: str = "v3.0",
+              png: bool = False) -> dict[str, np.ndarray]:
     """Write the dataset at `root`; returns what it holds per frame (all episodes concatenated).
 
     Episodes 0-1 go to data file-000, episode 2 to file-001; every episode's frames to one mp4 (H.264, yuv444p,
-    crf 0: near-lossless) at from_timestamp = the frames before it / FPS, as LeRobot concatenates them."""
-    import av
+    crf 0: near-lossless) at from_timestamp = the frames before it / FPS, as LeRobot concatenates them. png=True:
+    the frames are PNGs in the data files instead (LeRobot's use_videos=False: an HF datasets Image column)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -62,6 +63,9 @@ def write_v30(root: Path, nan_in_episode: int | None = None, version: str = "v3.
         "index": {"dtype": "int64", "shape": [1], "names": None},
         "task_index": {"dtype": "int64", "shape": [1], "names": None},
     }
+    if png:
+        features["observation.images.top"] = {"dtype": "image", "shape": [H, W, 3],
+                                              "names": ["height", "width", "channels"]}
     (root / "meta/episodes/chunk-000").mkdir(parents=True)
     (root / "data/chunk-000").mkdir(parents=True)
     info = {"codebase_version": version, "robot_type": "so100", "total_episodes": len(LENGTHS), "total_frames": n,
@@ -79,16 +83,8 @@ def write_v30(root: Path, nan_in_episode: int | None = None, version: str = "v3.
     tasks = pa.table({"task_index": pa.array(range(len(TASKS)), pa.int64()), "__index_level_0__": list(TASKS)})
     pq.write_table(tasks.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()}), root / "meta/tasks.parquet")
 
-    video = root / "videos/observation.images.top/chunk-000/file-000.mp4"
-    video.parent.mkdir(parents=True)
-    with av.open(str(video), "w") as out:
-        stream = out.add_stream("h264", rate=FPS, options={"crf": "0", "g": "2"})
-        stream.width, stream.height, stream.pix_fmt = W, H, "yuv444p"
-        for t, img in enumerate(values["observation.images.top"]):
-            f = av.VideoFrame.from_ndarray(img, format="rgb24")
-            f.pts, f.time_base = t, Fraction(1, FPS)
-            out.mux(stream.encode(f))
-        out.mux(stream.encode())
+    if not png:
+        _write_video(root / "videos/observation.images.top/chunk-000/file-000.mp4", values["observation.images.top"])
 
     episode_rows, start = [], 0
     for e, length in enumerate(LENGTHS):
@@ -107,6 +103,9 @@ def write_v30(root: Path, nan_in_episode: int | None = None, version: str = "v3.
             "index": pa.array(np.arange(start, start + length, dtype=np.int64)),
             "task_index": pa.array(np.full(length, task, dtype=np.int64)),
         }
+        if png:
+            table["observation.images.top"] = pa.array([{"bytes": _png(img), "path": None}
+                                                        for img in values["observation.images.top"][rows]])
         path = root / f"data/chunk-000/file-{file:03d}.parquet"
         part = pa.table(table)
         old = pq.read_table(path) if path.exists() else None
@@ -123,6 +122,30 @@ def write_v30(root: Path, nan_in_episode: int | None = None, version: str = "v3.
         start += length
     pq.write_table(pa.Table.from_pylist(episode_rows), root / "meta/episodes/chunk-000/file-000.parquet")
     return values
+
+
+def _write_video(path: Path, frames: np.ndarray) -> None:
+    import av
+
+    path.parent.mkdir(parents=True)
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("h264", rate=FPS, options={"crf": "0", "g": "2"})
+        stream.width, stream.height, stream.pix_fmt = W, H, "yuv444p"
+        for t, img in enumerate(frames):
+            f = av.VideoFrame.from_ndarray(img, format="rgb24")
+            f.pts, f.time_base = t, Fraction(1, FPS)
+            out.mux(stream.encode(f))
+        out.mux(stream.encode())
+
+
+def _png(img: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(img).save(out, format="PNG")
+    return out.getvalue()
 
 
 def _fixed(a: np.ndarray, pa):

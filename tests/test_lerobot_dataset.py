@@ -203,6 +203,14 @@ def test_import_of_a_v30_directory_written_with_pyarrow(tmp_path, capsys, monkey
     assert ep.instruction == lerobot_v30.TASKS[1] and ep.metadata["lerobot"]["episode_index"] == 1
 
 
+def test_import_of_images_stored_as_pngs_in_the_data_files(tmp_path):
+    values = lerobot_v30.write_v30(tmp_path / "pngs", png=True)
+    import_lerobot(tmp_path / "pngs", tmp_path / "pngs.zarr")
+    store = EpisodeStore.open(tmp_path / "pngs.zarr")
+    np.testing.assert_array_equal(store.read("obs/images/top"), values["observation.images.top"])  # PNG: lossless
+    np.testing.assert_array_equal(store.read("obs/state"), values["observation.state"])
+
+
 def test_import_of_a_dataset_written_by_lerobot_itself(tmp_path):
     """tests/data/lerobot_written: LeRobot 0.4.4's LeRobotDataset.save_episode output (tests/lerobot_written.py)."""
     out = tmp_path / "written.zarr"
