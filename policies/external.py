@@ -26,10 +26,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from policies.base import INSTRUCTION, BasePolicy, PolicySpec, SpecMismatch, check_instructions, env_image_shapes, image_key
+from robot_rl.data.lerobot_keys import IMAGE_PREFIX, STATE, camera_name, image_feature  # the names LeRobot datasets use too
 
 LEROBOT_EXTRA = "pip install 'robot_rl[lerobot]'"
-STATE = "observation.state"
-IMAGE_PREFIX = "observation.images."
 
 
 @dataclasses.dataclass
@@ -45,8 +44,7 @@ class LeRobotMapping:
 
     def __post_init__(self):
         self.state_keys = tuple(self.state_keys)
-        self.cameras = {(c[len("images/"):] if c.startswith("images/") else c):
-                        (v if v.startswith(IMAGE_PREFIX) else IMAGE_PREFIX + v) for c, v in dict(self.cameras).items()}
+        self.cameras = {camera_name(c): image_feature(v) for c, v in dict(self.cameras).items()}
 
 
 def import_lerobot():

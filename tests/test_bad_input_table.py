@@ -23,6 +23,7 @@ from typing import Callable
 import pytest
 
 from tests.conftest import SCRIPTS, TINY_BC, Tiny, run_main
+from tests.lerobot_v30 import write_v30
 
 RL = ["rl.env_steps=40", "rl.time_budget_s=0", "rl.learning_starts=20", "rl.residual.hidden=[16]",
       "rl.learner.num_critics=2", "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16", "rl.eval_every=0",
@@ -153,6 +154,20 @@ def drop_key(*path):
             node = node[k]
         del node[path[-1]]
     return edit
+
+
+def lerobot_dir(tmp: Path, edit: Callable[[Path], None] | None = None, **kw) -> Path:
+    """A LeRobot v3.0 dataset written with pyarrow (tests/lerobot_v30.py), changed by `edit(root)`."""
+    root = tmp / "lerobot"
+    write_v30(root, **kw)
+    if edit is not None:
+        edit(root)
+    return root
+
+
+def text_file(tmp: Path, name: str, text: str) -> Path:
+    (tmp / name).write_text(text)
+    return tmp / name
 
 
 def write(rel: str, text: str):
@@ -403,6 +418,34 @@ ROWS = [
         ("none.zarr",)),
     Row("data-no-command", "robot-rl-data", lambda t, d: [], ("required",)),
     Row("data-unknown-option", "robot-rl-data", lambda t, d: ["info", str(t.store), "--yaml"], ("--yaml",)),
+    Row("data-import-lerobot-missing", "robot-rl-data", lambda t, d: ["import-lerobot", str(d / "none"), str(d / "o.zarr")],
+        ("no LeRobot dataset at", "does not exist")),
+    Row("data-import-lerobot-not-a-dataset", "robot-rl-data", lambda t, d: ["import-lerobot", str(t.root), str(d / "o.zarr")],
+        ("is not a LeRobot dataset", "no meta/info.json")),
+    Row("data-import-lerobot-v21", "robot-rl-data", lambda t, d: ["import-lerobot", str(lerobot_dir(d, version="v2.1")),
+        str(d / "o.zarr")], ("LeRobot v2.1 dataset", "convert_dataset_v21_to_v30")),
+    Row("data-import-lerobot-info-not-json", "robot-rl-data", lambda t, d: ["import-lerobot", str(lerobot_dir(d,
+        edit=write("meta/info.json", "{codebase_version: v3.0"))), str(d / "o.zarr")], ("info.json is not valid JSON",)),
+    # the NaN is in the second data file: the first one's episodes were already appended to the temp store
+    Row("data-import-lerobot-nan", "robot-rl-data", lambda t, d: ["import-lerobot", str(lerobot_dir(d, nan_in_episode=2)),
+        str(d / "o.zarr")], ("episode 2", "observation.state holds NaN")),
+    Row("data-import-lerobot-feature-not-in-dataset", "robot-rl-data", lambda t, d: ["import-lerobot",
+        str(lerobot_dir(d)), str(d / "o.zarr"), "--camera", "top=observation.images.side"],
+        ("no feature(s) ['observation.images.side']",)),
+    Row("data-import-lerobot-out-exists", "robot-rl-data", lambda t, d: ["import-lerobot", str(lerobot_dir(d)),
+        str(t.store)], ("already exists",)),
+    Row("data-export-lerobot-out-not-empty", "robot-rl-data", lambda t, d: ["export-lerobot", str(t.store), str(t.root)],
+        ("already exists and is not empty",)),
+    Row("data-export-lerobot-unknown-state-key", "robot-rl-data", lambda t, d: ["export-lerobot", str(t.store),
+        str(d / "lr"), "--state-keys", "proprio,joints"], ("state_keys names 'joints'", "'proprio'")),
+    Row("data-export-lerobot-keys-file-unknown-key", "robot-rl-data", lambda t, d: ["export-lerobot", str(t.store),
+        str(d / "lr"), "--keys", str(text_file(d, "keys.json", '{"camera": {}}'))], ("unknown keys key(s) ['camera']",)),
+    Row("data-export-lerobot-fps-fraction", "robot-rl-data", lambda t, d: ["export-lerobot", str(t.store), str(d / "lr"),
+        "--fps", "12.5"], ("--fps 12.5",)),
+    Row("data-export-lerobot-camera-without-theirs", "robot-rl-data", lambda t, d: ["export-lerobot", str(t.store),
+        str(d / "lr"), "--camera", "front"], ("OURS=THEIRS",)),
+    Row("data-export-lerobot-yuv444-with-av1", "robot-rl-data", lambda t, d: ["export-lerobot", str(t.store),
+        str(d / "lr"), "--pix-fmt", "yuv444p"], ("pix_fmt=yuv444p needs vcodec=h264",)),
     # ---- robot-rl-deploy (config checks before anything runs) -----------------------------------------------------
     Row("deploy-unknown-transport", "robot-rl-deploy", lambda t, d: deploy_args(d, "deploy.transport=zmq"),
         ("deploy.transport='zmq'",)),

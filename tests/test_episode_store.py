@@ -461,5 +461,38 @@ def test_leftover_temp_stores_of_killed_creators_are_removed_at_the_next_open(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == [young.name, "s.zarr"]
 
 
+def test_a_built_store_appears_whole_or_not_at_all(tmp_path):
+    """episode_store.building (imports): appends go to a temp store renamed at the end, removed on an error, swept
+    by the next open after a SIGKILL."""
+    from robot_rl.data.episode_store import building
+
+    path = tmp_path / "new.zarr"
+    with building(path) as store:
+        store.append([make_episode(0), make_episode(1)])
+        assert not path.exists()
+    assert EpisodeStore.open(path).n_episodes == 2
+    with pytest.raises(StoreError, match="already exists"):
+        with building(path):
+            pass
+    other = tmp_path / "other.zarr"
+    with pytest.raises(RuntimeError, match="stop"):
+        with building(other) as store:
+            store.append(make_episode(0))
+            raise RuntimeError("stop")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.zarr"]
+    code = ("import sys\nfrom robot_rl.data.episode_store import building\n"
+            "with building(sys.argv[1]) as s:\n    print('building', flush=True)\n    sys.stdin.readline()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(other)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        assert proc.stdout.readline().strip() == "building"
+        (live,) = tmp_path.glob(".other.zarr.*.creating")
+    finally:
+        proc.kill()
+        proc.wait()
+    EpisodeStore.open(other, mode="a").close()  # the killed builder's temp store is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.zarr", "other.zarr"]
+
+
 if __name__ == "__main__":
     _writer_main(sys.argv[1:])

@@ -1,8 +1,10 @@
-"""robot-rl-data: inspect and combine episode stores.
+"""robot-rl-data: inspect and combine episode stores; LeRobot datasets in and out.
 
     robot-rl-data info PATH [--json]          episodes, steps, keys (shape, dtype), success rate, sources
     robot-rl-data merge OUT IN1 [IN2 ...]     append every episode of IN1, IN2, ... to OUT (created if missing)
     robot-rl-data verify PATH [--json]        check every chunk; one line per damaged episode
+    robot-rl-data export-lerobot STORE OUT    the episodes as a new LeRobot dataset directory (v3.0: parquet + mp4)
+    robot-rl-data import-lerobot DIR OUT      the episodes of a local LeRobot v3.0 dataset as a new store
 
 Damaged episodes (a chunk missing, truncated or altered: robot_rl/data/integrity.py) make info and merge
 exit 2 naming them; --skip-damaged leaves them out (`merge NEW OLD --skip-damaged` copies the intact ones).
@@ -10,11 +12,18 @@ verify exits 0 when the store is intact, 1 when it found damaged episodes, 2 whe
 
 A rosbag2 of a deployment becomes episodes with robot-rl-import-rosbag (real/cli/import_rosbag.py).
 
-A path that is not a store, a corrupted store, a locked OUT or stores with different keys: exit code 2
-and one line naming the path and the problem.
+LeRobot datasets (robot_rl/data/lerobot_dataset.py, keys as robot_rl/data/lerobot_keys.py maps them): the vector
+observation keys become observation.state (--state-keys picks and orders them), obs/images/<camera> the video
+observation.images.<camera> (--camera ours=theirs renames), action, reward, ... LeRobot's names; --keys FILE.json
+gives the whole mapping ({"state_keys": [...], "cameras": {...}, "features": {...}}). Images are re-encoded: LeRobot's
+AV1 crf 30 yuv420p is lossy; --vcodec h264 --crf 0 --pix-fmt yuv444p is near-lossless. Both write into a temp
+directory renamed at the end: OUT appears whole or not at all, and must not exist (or be empty).
+
+A path that is not a store (or not a LeRobot v3.0 dataset), a corrupted one, a locked or existing OUT, stores with
+different keys, a NaN on its way to LeRobot or back: exit code 2 and one line naming the path and the problem.
 
 argparse, not Hydra like the other robot-rl-* commands: these are subcommands on paths (merge OUT IN1 IN2 ...)
-that take seconds and write no run directory. Hydra has neither subcommands nor positional arguments, and its run
+that take seconds to minutes and write no run directory. Hydra has neither subcommands nor positional arguments, and its run
 directory, config groups and -m sweeps would have nothing to act on here.
 """
 
@@ -24,7 +33,7 @@ import json
 import sys
 from pathlib import Path
 
-from robot_rl.common.cli import ArgumentParser, fail
+from robot_rl.common.cli import ArgumentParser, fail, or_fail
 
 
 def _counts(d: dict) -> str:
@@ -102,6 +111,68 @@ def _verify(args) -> None:
         sys.exit(1)
 
 
+def _keys(args):
+    """The key mapping of --keys FILE, with --state-keys / --camera on top."""
+    from robot_rl.data.lerobot_keys import DatasetKeys
+
+    keys = or_fail(DatasetKeys.load, args.keys) if args.keys else DatasetKeys()
+    if args.state_keys is not None:
+        keys.state_keys = tuple(k for k in args.state_keys.split(",") if k)
+    if args.camera:
+        pairs = [c.partition("=") for c in args.camera]
+        bad = [c for c, (ours, eq, theirs) in zip(args.camera, pairs) if not (ours and eq and theirs)]
+        if bad:
+            fail(f"--camera {bad[0]!r}: give OURS=THEIRS, e.g. --camera front=observation.images.top")
+        keys.cameras = {ours: theirs for ours, _, theirs in pairs}
+    return or_fail(DatasetKeys, keys.state_keys, keys.cameras, keys.features)
+
+
+def _print_keys(mapping: dict, arrow: str, left_out: list) -> None:
+    width = max(len(k) for k in mapping)
+    for k, v in mapping.items():
+        print(f"  {k:<{width}}  {arrow} {' + '.join(v)}")
+    if left_out:
+        print(f"  left out: {', '.join(left_out)}")
+
+
+def _export_lerobot(args) -> None:
+    from robot_rl.common.cli import progress_bar
+    from robot_rl.data.episode_store import EpisodeStore
+    from robot_rl.data.lerobot_dataset import VideoOptions, export_lerobot
+
+    keys = _keys(args)
+    video = or_fail(VideoOptions, **{k: v for k, v in (("vcodec", args.vcodec), ("crf", args.crf),
+                                                      ("pix_fmt", args.pix_fmt)) if v is not None})
+    if args.fps is None:
+        from sim.config import EnvConfig
+
+        args.fps = EnvConfig.control_hz  # the store does not record its control rate: the env's default
+    if not float(args.fps).is_integer() or args.fps < 1:
+        fail(f"--fps {args.fps}: LeRobot datasets have a whole number of frames per second >= 1")
+    store = EpisodeStore.open(args.store, skip_damaged=args.skip_damaged)
+    with progress_bar() as bar:
+        task = bar.add_task("export", total=len(store.good_episodes))
+        s = export_lerobot(store, args.out, keys, int(args.fps), video, progress=lambda n: bar.advance(task, n))
+    print(f"exported {s['episodes']} episodes ({s['frames']} frames, {s['fps']} fps) of {store.path} to {s['path']} "
+          f"(LeRobot {s['version']})")
+    _print_keys(s["features"], "<-", s["left_out"])
+    print(f"  videos: {video.vcodec} crf {video.crf} {video.pix_fmt}")
+
+
+def _import_lerobot(args) -> None:
+    from robot_rl.common.cli import progress_bar
+    from robot_rl.data.lerobot_dataset import LeRobotDir, import_lerobot
+
+    keys = _keys(args)
+    ds = LeRobotDir(args.src)
+    with progress_bar() as bar:
+        task = bar.add_task("import", total=len(ds.episodes))
+        s = import_lerobot(ds, args.out, keys, task=args.task, source=args.source, success=args.success == "true",
+                           progress=lambda n: bar.advance(task, n))
+    print(f"imported {s['episodes']} episodes ({s['steps']} steps, {s['fps']:g} fps) of {ds.root} into {s['path']}")
+    _print_keys({", ".join(v): [k] for k, v in s["keys"].items()}, "<-", s["left_out"])
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -123,6 +194,34 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_verify)
+    for name, func, src, what in (("export-lerobot", _export_lerobot, "store", "the episodes of an episode store as a "
+                                   "new LeRobot dataset directory (v3.0: parquet + mp4)"),
+                                  ("import-lerobot", _import_lerobot, "src", "the episodes of a local LeRobot v3.0 "
+                                   "dataset directory as a new episode store")):
+        p = sub.add_parser(name, help=what, description=what)
+        p.add_argument(src, metavar="STORE" if src == "store" else "DIR")
+        p.add_argument("out", metavar="OUT")
+        p.add_argument("--keys", metavar="FILE.json", help="the key mapping: {state_keys, cameras, features} "
+                       "(robot_rl/data/lerobot_keys.py); --state-keys / --camera override it")
+        p.add_argument("--state-keys", metavar="K1,K2", help="our vector observation keys in observation.state, in "
+                       "order (default: every one, sorted; import: the split the names record, else obs/state)")
+        p.add_argument("--camera", action="append", metavar="OURS=THEIRS", help="our camera <-> their image key, "
+                       "e.g. front=observation.images.top (repeat per camera; default: every camera, same name)")
+        p.set_defaults(func=func)
+        if name == "export-lerobot":
+            p.add_argument("--fps", type=float, help="frames per second: the store's control rate (default: the "
+                           "env's default control_hz, 20)")
+            p.add_argument("--vcodec", help="libsvtav1 (default, LeRobot's) | h264 | hevc")
+            p.add_argument("--crf", type=int, help="video quality, 0 = best (default 30, LeRobot's)")
+            p.add_argument("--pix-fmt", help="yuv420p (default, LeRobot's) | yuv444p (h264 only; with --crf 0 "
+                           "near-lossless)")
+            p.add_argument("--skip-damaged", action="store_true", help="export only the intact episodes")
+        else:
+            p.add_argument("--task", help="task of episodes the dataset does not name one for (default: DIR's name)")
+            p.add_argument("--source", default="teleop", help="source of those episodes: expert | teleop | policy | "
+                           "intervention (default teleop)")
+            p.add_argument("--success", choices=("true", "false"), default="true",
+                           help="success of episodes the dataset does not mark (no next.success; default true)")
     args = parser.parse_args(argv)
 
     from robot_rl.data.errors import StoreError

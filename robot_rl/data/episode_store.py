@@ -46,6 +46,7 @@ each array (the one an append rewrites) is intact, and refuses a damaged store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import math
@@ -55,7 +56,7 @@ import uuid
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import zarr
@@ -463,6 +464,30 @@ class EpisodeStore:
         if not (-n <= int(i) < n):
             raise IndexError(f"episode {i} out of range: episode store {self.path} has {n} committed episodes")
         return int(i) % n
+
+
+@contextlib.contextmanager
+def building(path: str | os.PathLike, fsync: bool = False) -> Iterator[EpisodeStore]:
+    """A new store at `path` that appears whole or not at all (an import, a conversion): yields a store open for
+    appending in a temp directory beside `path`, renamed to `path` when the block ends without error and removed
+    otherwise. The temp store holds its writer lock until the rename, so a killed builder's is swept by the next
+    open of `path` (integrity.sweep_creating). StoreError if `path` exists and is not an empty directory."""
+    path = Path(path)
+    if path.is_file() or (path.is_dir() and not _is_empty_dir(path)):
+        raise StoreError(f"{path} already exists; write into a new path (combine stores with `robot-rl-data merge`)")
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.creating"
+    store = EpisodeStore.open(tmp, mode="a", fsync=fsync)
+    try:
+        yield store
+        try:
+            os.rename(tmp, path)  # replaces an empty directory
+        except OSError as e:
+            raise StoreError(f"could not create episode store {path}: {e}") from None
+    except BaseException:
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    store.close()
 
 
 # ---- store files ---------------------------------------------------------------------------------
