@@ -1,6 +1,6 @@
 """env.robot=panda_menagerie: Menagerie's Franka Panda behind the same interface as the primitive arm (sim/robot.py,
-sim/menagerie.py). MuJoCo C here; MJX agreement is measured by bench/panda_menagerie_mjx.py (its compile takes
-~40 s on a busy 2-core CPU, docs/results/panda.md)."""
+sim/menagerie.py). MuJoCo C here; MJX is checked by bench/panda_menagerie_mjx.py (its env step compiles in about a
+minute on a busy 2-core CPU, too slow for the suite; docs/results/panda.md has its figures)."""
 
 from __future__ import annotations
 
