@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sim  # first: it picks MUJOCO_GL (EGL when headless) before mujoco is imported
+
 import mujoco
 import numpy as np
 import pytest
 import yaml
 
-import sim
 from sim import kinematics as kin
 from sim import robot
 from sim.experts import make_expert
