@@ -61,7 +61,8 @@ def main() -> None:
             step_s = time.perf_counter() - t  # the first call compiles
         print(f"step {k + 1:3d}: max |obs mujoco - mjx| {diffs[-1]:.2e}", flush=True)
 
-    clean = sim.make(args.task, backend="mjx", num_envs=n, robot=args.robot)  # no randomization: the expert as evaluated
+    # no randomization: the expert as robot-rl-eval evaluates it
+    clean = sim.make(args.task, backend="mjx", num_envs=n, robot=args.robot)
     obs, ex = clean.reset(0), make_expert(clean)
     first_done, success = np.zeros(n, bool), np.zeros(n, bool)
     t = time.perf_counter()

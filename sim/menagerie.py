@@ -19,9 +19,9 @@ meshes and materials, the fingertip pad box and the fingers' coupling (equality)
     N m), ours are not, for the reason given in sim/robot.py. Menagerie's gripper is one actuator on a tendon; ours
     is one position servo per finger joint, as the deploy node commands joints. The finger joints get damping
     10 N s/m (Menagerie damps them through that actuator's kv = 10; our finger servos carry no kv).
-  - collision: the finger pads are Menagerie's fingertip_pad_collision_1 boxes and the finger bodies its finger_0
-    mesh (convex hull), paired explicitly with the table and the objects; the arm's collision meshes are left out
-    (the arm never collides in our scenes, as with the primitive arm).
+  - collision: the finger pads are Menagerie's fingertip_pad_collision_1 boxes (the largest of its five, with our pad
+    friction) and the finger bodies its finger_0 mesh (convex hull), paired explicitly with the table and objects;
+    the arm's collision meshes are left out (the arm never collides in our scenes, as with the primitive arm).
   - names: finger_joint1/2 -> finger_left/right, and Menagerie's default classes get a `panda/` prefix (ours use
     `visual`, `finger`, ...); grip_site, the pad sites and the wrist camera are added to the hand.
 """

@@ -44,8 +44,9 @@ ARM_KV = (120.0, 120.0, 100.0, 100.0, 40.0, 40.0, 40.0)
 # Finger servos, both robots: stiffness (N / m) and force limit (N, per finger; the Franka Hand grasps with 70 N).
 FINGER_KP = 400.0
 FINGER_FORCE = 40.0
-# Finger damping (N s / m). Known limit: at full close command the fingers move ~1 cm per physics step and
-# can tunnel through a 30 mm peg; the peg expert closes gradually. Slower fingers need a retuned peg expert.
+# The primitive arm's finger damping (N s / m; Menagerie's: sim/menagerie.py). Known limit: at full close command
+# the fingers move ~1 cm per physics step and can tunnel through a 30 mm peg; the peg expert closes gradually.
+# Slower fingers need a retuned peg expert.
 FINGER_DAMPING = 5.0
 
 GRIPPER_PAD_GEOMS = ("left_pad", "right_pad")
