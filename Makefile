@@ -8,7 +8,11 @@ export JAX_PLATFORMS
 
 .PHONY: install quickstart test bench clean
 
-install: $(VENV)/.installed
+# MuJoCo Menagerie's Franka Panda for env.robot=panda_menagerie (sim/menagerie.py): pip downloads one pinned wheel
+# (genesis-world, --no-deps, sha256-checked) and unpacks only the Panda's MJCF and meshes; nothing at run time.
+PANDA_ASSETS := .assets/franka_emika_panda/SOURCE.json
+
+install: $(VENV)/.installed $(PANDA_ASSETS)
 
 # Debian packages, installed with apt (needs root): Chromium renders the quickstart report headless (its test
 # takes a screenshot); EGL with Mesa's drivers renders camera images and videos offscreen (MUJOCO_GL=egl).
@@ -25,11 +29,14 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -e ".[dev,vla]"
 	touch $@
 
+$(PANDA_ASSETS): | $(VENV)/.installed
+	$(VENV)/bin/python -m sim.menagerie
+
 quickstart: $(VENV)/.installed
 	$(VENV)/bin/robot-rl-quickstart
 
 # The layers contract (pyproject.toml [tool.importlinter]) first: a back-edge fails the run before any test.
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(PANDA_ASSETS)
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python -m pytest -q
 

@@ -1,12 +1,16 @@
 """Env steps/s of both backends against raw physics of the same model, measured in one run.
 
-    python bench/sim_throughput.py [--quick] [--task lift]
+    python bench/sim_throughput.py [--quick] [--task lift] [--robot primitive,panda_menagerie] [--backend mujoco]
+                                   [--num-envs 16] [--rounds 3]
 
 MuJoCo C: the batched env (IK, task logic, auto-reset, rollout-based physics) vs `mujoco.rollout` of the
 same model with the same thread count and the same number of physics steps.
 MJX: the jitted functional env step vs a vmapped, jitted loop of `mjx.step` (same substeps, same N).
 `mjx_jit_seconds` is the cold XLA compile of the env step (no persistent cache). Figures are control
-steps per second summed over envs; the raw figures are physics steps / substeps. Last line: JSON.
+steps per second summed over envs; the raw figures are physics steps / substeps. Several robots (env.robot) are
+measured back to back, each through every N and backend, so their figures share the machine's conditions; with
+--rounds k they take turns k times (on a busy machine) and each figure is the median of its k. The JSON then has one
+summary per robot under "robots", and every round's under "rounds". Last line: JSON.
 """
 
 from __future__ import annotations
@@ -30,13 +34,13 @@ def _timed(fn, min_seconds: float, min_iters: int = 3) -> float:
     return (time.perf_counter() - start) / n
 
 
-def bench_cpu(task: str, n: int, seconds: float) -> dict:
+def bench_cpu(task: str, n: int, seconds: float, robot: str = "primitive") -> dict:
     import mujoco
     from mujoco import rollout
 
     import sim
 
-    env = sim.make(task, backend="mujoco", num_envs=n)
+    env = sim.make(task, backend="mujoco", num_envs=n, robot=robot)
     env.reset(0)
     rng = np.random.default_rng(0)
     actions = rng.uniform(-1, 1, (64, n, env.action_dim)).astype(np.float32)
@@ -60,7 +64,7 @@ def bench_cpu(task: str, n: int, seconds: float) -> dict:
             "env_vs_raw": raw_s / env_s}
 
 
-def bench_mjx(task: str, n: int, seconds: float) -> dict:
+def bench_mjx(task: str, n: int, seconds: float, robot: str = "primitive") -> dict:
     import jax
     import jax.numpy as jnp
     from mujoco import mjx
@@ -68,7 +72,7 @@ def bench_mjx(task: str, n: int, seconds: float) -> dict:
     import sim
     from sim import rng as srng
 
-    env = sim.make(task, backend="mjx", num_envs=n)
+    env = sim.make(task, backend="mjx", num_envs=n, robot=robot)
     e = env.mjx
     keys = jnp.asarray(srng.env_key(np, 0, np.arange(n)))
     eps = jnp.zeros(n, jnp.uint32)
@@ -107,39 +111,71 @@ def bench_mjx(task: str, n: int, seconds: float) -> dict:
             "step_jit_s": step_jit, "reset_jit_s": reset_jit, "raw_jit_s": raw_jit}
 
 
+def bench_robot(task: str, robot: str, cpu_ns, mjx_ns, seconds: float) -> dict:
+    """Figures of one robot; prints a line per measurement, returns the summary."""
+    out = {"cpu": {}, "mjx": {}}
+    for n in cpu_ns:
+        r = out["cpu"][n] = bench_cpu(task, n, seconds, robot)
+        print(f"{robot} mujoco N={n:4d}: env {r['env_steps_per_s']:9.0f} steps/s  raw {r['raw_steps_per_s']:9.0f}  "
+              f"ratio {r['env_vs_raw']:.2f}", flush=True)
+    for n in mjx_ns:
+        r = out["mjx"][n] = bench_mjx(task, n, seconds, robot)
+        print(f"{robot} mjx    N={n:4d}: env {r['env_steps_per_s']:9.0f} steps/s  raw {r['raw_steps_per_s']:9.0f}  "
+              f"ratio {r['env_vs_raw']:.2f}  step jit {r['step_jit_s']:.1f}s reset jit {r['reset_jit_s']:.1f}s",
+              flush=True)
+    summary = {}
+    if 16 in out["cpu"]:
+        summary["cpu_env_vs_raw"] = round(out["cpu"][16]["env_vs_raw"], 3)
+    if 16 in out["mjx"]:
+        summary.update(mjx_env_vs_raw=round(out["mjx"][16]["env_vs_raw"], 3),
+                       mjx_jit_seconds=round(out["mjx"][16]["step_jit_s"], 1),
+                       mjx_reset_jit_seconds=round(out["mjx"][16]["reset_jit_s"], 1))
+    for b in ("cpu", "mjx"):
+        summary[f"{b}_env_steps_per_s"] = {str(n): round(r["env_steps_per_s"]) for n, r in out[b].items()}
+        summary[f"{b}_raw_steps_per_s"] = {str(n): round(r["raw_steps_per_s"]) for n, r in out[b].items()}
+    return summary
+
+
 def main() -> None:
+    from sim.robot import ROBOT_NAMES
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N in {1, 16}, MJX at N=16 only, shorter timings")
     ap.add_argument("--task", default="lift")
+    ap.add_argument("--robot", default="primitive",
+                    help=f"env.robot, or several comma-separated, measured back to back ({', '.join(ROBOT_NAMES)})")
+    ap.add_argument("--backend", default="both", choices=("both", "mujoco", "mjx"))
+    ap.add_argument("--num-envs", default="", help="comma-separated N to measure (default: by --quick)")
+    ap.add_argument("--rounds", type=int, default=1, help="times the robots take turns; figures are medians")
     args = ap.parse_args()
+    robots = [r for r in args.robot.split(",") if r]
+    bad = [r for r in robots if r not in ROBOT_NAMES]
+    if bad or not robots:
+        ap.error(f"--robot {args.robot!r}: valid robots are {', '.join(ROBOT_NAMES)}")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     seconds = 1.0 if args.quick else 3.0
-    cpu_ns = (1, 16) if args.quick else (1, 16, 256)
-    mjx_ns = (16,) if args.quick else (1, 16, 256)
-    out = {"task": args.task, "cpu": {}, "mjx": {}, "cores": os.cpu_count(), "machine": platform.machine()}
-    for n in cpu_ns:
-        r = bench_cpu(args.task, n, seconds)
-        out["cpu"][n] = r
-        print(f"mujoco N={n:4d}: env {r['env_steps_per_s']:9.0f} steps/s  raw {r['raw_steps_per_s']:9.0f}  "
-              f"ratio {r['env_vs_raw']:.2f}", flush=True)
-    for n in mjx_ns:
-        r = bench_mjx(args.task, n, seconds)
-        out["mjx"][n] = r
-        print(f"mjx    N={n:4d}: env {r['env_steps_per_s']:9.0f} steps/s  raw {r['raw_steps_per_s']:9.0f}  "
-              f"ratio {r['env_vs_raw']:.2f}  step jit {r['step_jit_s']:.1f}s reset jit {r['reset_jit_s']:.1f}s",
-              flush=True)
-    summary = {
-        "cpu_env_vs_raw": round(out["cpu"][16]["env_vs_raw"], 3),
-        "mjx_env_vs_raw": round(out["mjx"][16]["env_vs_raw"], 3),
-        "mjx_jit_seconds": round(out["mjx"][16]["step_jit_s"], 1),
-        "mjx_reset_jit_seconds": round(out["mjx"][16]["reset_jit_s"], 1),
-        "cpu_env_steps_per_s": {str(n): round(r["env_steps_per_s"]) for n, r in out["cpu"].items()},
-        "cpu_raw_steps_per_s": {str(n): round(r["raw_steps_per_s"]) for n, r in out["cpu"].items()},
-        "mjx_env_steps_per_s": {str(n): round(r["env_steps_per_s"]) for n, r in out["mjx"].items()},
-        "mjx_raw_steps_per_s": {str(n): round(r["raw_steps_per_s"]) for n, r in out["mjx"].items()},
-        "task": args.task, "cores": out["cores"], "quick": args.quick,
-    }
-    print(json.dumps(summary))
+    ns = tuple(int(n) for n in args.num_envs.split(",") if n)
+    cpu_ns = (ns or ((1, 16) if args.quick else (1, 16, 256))) if args.backend != "mjx" else ()
+    mjx_ns = (ns or ((16,) if args.quick else (1, 16, 256))) if args.backend != "mujoco" else ()
+    rounds = [{r: bench_robot(args.task, r, cpu_ns, mjx_ns, seconds) for r in robots} for _ in range(args.rounds)]
+    per_robot = {r: _median_summary([rd[r] for rd in rounds]) for r in robots}
+    common = {"task": args.task, "cores": os.cpu_count(), "machine": platform.machine(), "quick": args.quick,
+              "rounds": rounds if args.rounds > 1 else None}
+    if len(robots) == 1:
+        print(json.dumps({**per_robot[robots[0]], "robot": robots[0], **common}))
+    else:
+        print(json.dumps({"robots": per_robot, **common}))
+
+
+def _median_summary(summaries: list[dict]) -> dict:
+    """Each figure (nested by N) of several rounds' summaries: its median."""
+    out = {}
+    for k, v in summaries[0].items():
+        if isinstance(v, dict):
+            out[k] = {n: round(float(np.median([s[k][n] for s in summaries]))) for n in v}
+        else:
+            out[k] = round(float(np.median([s[k] for s in summaries])), 3)
+    return out
 
 
 if __name__ == "__main__":

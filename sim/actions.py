@@ -22,12 +22,13 @@ class ActionSpace:
         self.cfg = cfg
         self.task = task
         self.use_yaw = bool(task.cfg.use_yaw)
+        self.robot = task.robot
         if self.kind == "ee_delta":
             self.dim = 5 if self.use_yaw else 4
         else:
             self.dim = robot.N_ARM + 1
-        self._lower = robot.ARM_LOWER + 0.01
-        self._upper = robot.ARM_UPPER - 0.01
+        self._lower = self.robot.arm_lower + 0.01
+        self._upper = self.robot.arm_upper - 0.01
         self._ws_low = np.asarray(cfg.workspace_low, dtype=np.float64)
         self._ws_high = np.asarray(cfg.workspace_high, dtype=np.float64)
         self._down = kin.down_frame(np, 0.0)  # gripper pointing down, yaw 0
@@ -40,7 +41,8 @@ class ActionSpace:
         if self.kind == "ee_delta":
             a = np.zeros(self.dim, dtype=np.float32)
         else:
-            a = (2 * (robot.HOME_QPOS - robot.ARM_LOWER) / (robot.ARM_UPPER - robot.ARM_LOWER) - 1).astype(np.float32)
+            r = self.robot
+            a = (2 * (r.home_qpos - r.arm_lower) / (r.arm_upper - r.arm_lower) - 1).astype(np.float32)
             a = np.append(a, 0.0).astype(np.float32)
         a[-1] = 1.0
         return a
@@ -64,9 +66,9 @@ class ActionSpace:
             err = xp.concatenate([target - ee, kin.orientation_error(xp, cur, des)], axis=-1)
             anchors, axes = lay.joint_anchors_axes(xp, phys)
             jac = kin.arm_jacobian(xp, anchors, axes, ee)
-            dq = kin.dls_step(xp, jac, err, q, robot.HOME_QPOS, c.ik_damping, c.ik_null_gain)
+            dq = kin.dls_step(xp, jac, err, q, self.robot.home_qpos, c.ik_damping, c.ik_null_gain)
             q_target = xp.clip(q + dq, self._lower, self._upper)
-        grip = 0.5 * (a[..., -1:] + 1.0) * robot.FINGER_MAX
+        grip = 0.5 * (a[..., -1:] + 1.0) * self.robot.finger_max
         return xp.concatenate([q_target, grip, grip], axis=-1)
 
 

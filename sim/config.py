@@ -12,6 +12,7 @@ IMAGE_QUALITIES = ("fast", "high")  # see sim.render
 
 
 from robot_rl.common.config import ConfigError, from_mapping as _from_mapping
+from sim.robot import ROBOT_NAMES
 
 
 def _range(name: str, v, *, positive: bool = False, nonneg: bool = False) -> tuple[float, float]:
@@ -74,6 +75,9 @@ class EnvConfig:
 
     task: str = "lift"
     backend: str = "mujoco"  # mujoco (MuJoCo C, CPU threads) | mjx (JAX, jit + vmap; GPUs)
+    # primitive (our Panda-like arm of capsules and boxes: faster) | panda_menagerie (MuJoCo Menagerie's Franka Panda,
+    # meshes and all; `python -m sim.menagerie` installs its files). Same joints, actions and observations (sim/robot.py)
+    robot: str = "primitive"
     num_envs: int = 16
     control_hz: float = 20.0  # policy / action rate
     physics_dt: float = 0.005  # s per physics step; control_hz * physics_dt * substeps == 1
@@ -105,6 +109,8 @@ class EnvConfig:
     def validate(self, task_names) -> None:
         if self.task not in task_names:
             raise ConfigError(f"unknown task {self.task!r}; valid tasks: {', '.join(sorted(task_names))}")
+        if self.robot not in ROBOT_NAMES:
+            raise ConfigError(f"unknown robot {self.robot!r}; valid robots: {', '.join(ROBOT_NAMES)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"unknown backend {self.backend!r}; valid backends: {', '.join(BACKENDS)}")
         if self.action_space not in ACTION_SPACES:

@@ -43,7 +43,7 @@ class BatchedEnv:
             raise ConfigError(f"unknown task_config key(s) {unknown} for task {cfg.task!r}; valid: {sorted(known)}")
         try:
             task_cfg = task_cls.config_cls(**{k: _tuplify(v) for k, v in cfg.task_config.items()})
-            self.task = task_cls(task_cfg)
+            self.task = task_cls(task_cfg, cfg.robot)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         check_task_support(cfg.randomization, self.task)

@@ -1,23 +1,34 @@
-"""Our 7-DoF Franka-Panda-like arm with a parallel-jaw gripper, built from primitive geoms.
+"""The robots an env can use (EnvConfig.robot), and the scene MJCF: a robot on a table plus a task's objects.
 
-Kinematics and joint limits follow the Panda's published values (link offsets 0.333 / 0.316 / 0.0825 /
-0.384 / 0.088 / 0.107 m). Every arm joint sits at its body's origin and turns about the body's z axis,
-so the frame sensors `link<i>_pos` / `link<i>_axis` give the joint anchors and axes that the
-differential IK needs, on both backends, with no backend-specific code.
+Two robots, one interface: the same joint names (joint1..7, finger_left, finger_right), joint ranges, Panda
+kinematics (link offsets 0.333 / 0.316 / 0.0825 / 0.384 / 0.088 / 0.107 m), actuators (seven arm position servos,
+one position servo per finger), the sites `grip_site` / `left_pad` / `right_pad`, the wrist camera, and the frame
+sensors below. So the task code, both action spaces and their IK, the observations and the deploy node's joint
+list are the same for both.
 
-Collisions are explicit `<pair>`s (all geoms have contype = conaffinity = 0): the arm never collides,
-only the finger pads and finger bodies meet the table and the task objects. This keeps MJX's static
-collision list short.
+  primitive        our Panda-like arm built from capsules and boxes (the default: the faster one)
+  panda_menagerie  MuJoCo Menagerie's Franka Emika Panda, meshes and inertias, installed from a PyPI wheel at
+                   install time (sim/menagerie.py)
+
+Every arm joint sits at its body's origin and turns about the body's z axis, so the frame sensors `link<i>_pos` /
+`link<i>_axis` give the joint anchors and axes that the differential IK needs, on both backends, with no
+backend-specific code.
+
+Collisions are explicit `<pair>`s (all geoms have contype = conaffinity = 0): the arm never collides, only the
+finger pads and finger bodies meet the table and the task objects. This keeps MJX's static collision list short.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("finger_left", "finger_right")
 N_ARM = 7
-# Published Panda joint limits (rad).
+# Published Panda joint limits (rad); Menagerie's panda.xml has the same ranges.
 ARM_LOWER = np.array([-2.8973, -1.7628, -2.8973, -3.0718, -2.8973, -0.0175, -2.8973])
 ARM_UPPER = np.array([2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973])
 FINGER_MAX = 0.04  # each finger travels 0..40 mm: 80 mm maximum opening
@@ -30,12 +41,43 @@ HOME_QPOS = np.array([0.0, -0.1725, 0.0, -2.5042, 0.0, 2.3318, 0.7854])
 # so clamping would make the backends diverge. Torque limits belong to the deployment safety layer.
 ARM_KP = (4500.0, 4500.0, 3500.0, 3500.0, 2000.0, 2000.0, 2000.0)
 ARM_KV = (120.0, 120.0, 100.0, 100.0, 40.0, 40.0, 40.0)
+# Finger servos, both robots: stiffness (N / m) and force limit (N, per finger; the Franka Hand grasps with 70 N).
 FINGER_KP = 400.0
 FINGER_FORCE = 40.0
-# Finger damping (N s / m). Known limit: at full close command the fingers move ~1 cm per physics step and
-# can tunnel through a 30 mm peg; the peg expert closes gradually. Slower fingers need a retuned peg expert.
+# The primitive arm's finger damping (N s / m; Menagerie's: sim/menagerie.py). Known limit: at full close command
+# the fingers move ~1 cm per physics step and can tunnel through a 30 mm peg; the peg expert closes gradually.
+# Slower fingers need a retuned peg expert.
 FINGER_DAMPING = 5.0
 
+GRIPPER_PAD_GEOMS = ("left_pad", "right_pad")
+FINGER_GEOMS = ("left_finger", "right_finger")  # the finger bodies' collision geoms
+
+
+@dataclasses.dataclass(frozen=True)
+class RobotMJCF:
+    """A robot's pieces of the scene MJCF (build_scene_xml splices them in)."""
+
+    defaults: str  # <default> classes the robot's elements use
+    assets: str  # <asset> children (materials, meshes)
+    body: str  # the robot's base body tree (<body name='link0'>...), base at the world origin
+    equality: str = ""  # <equality> children (Menagerie's hand couples its fingers)
+
+
+@dataclasses.dataclass(frozen=True)
+class Robot:
+    """A robot an env can use: what code needs beyond the MJCF."""
+
+    name: str
+    home_qpos: np.ndarray  # [7] rad: reset posture (gripper down at (0.45, 0, 0.25) m) and IK null-space target
+    # m between the finger pads' inner faces at finger joints 0: gripper width = q_left + q_right + pad_gap
+    pad_gap: float
+    mjcf: Callable[[], RobotMJCF]  # builds the robot's MJCF pieces (may read installed files: call when building)
+    arm_lower: np.ndarray = dataclasses.field(default_factory=lambda: ARM_LOWER.copy())
+    arm_upper: np.ndarray = dataclasses.field(default_factory=lambda: ARM_UPPER.copy())
+    finger_max: float = FINGER_MAX
+
+
+# ---- the primitive arm ------------------------------------------------------------------------------------------
 # Link masses (kg) from the Panda's published inertial data.
 _LINK_MASS = (4.97, 0.65, 3.23, 3.59, 1.23, 1.67, 0.74)
 
@@ -51,6 +93,17 @@ _LINKS = (
 )
 
 
+def hand_sites_xml(grip_z: float) -> str:
+    """grip_site (between the finger pads, `grip_z` m along the hand's z axis) and the wrist camera; both robots."""
+    return (
+        # grip_site: the point between the finger pads, z along the approach direction.
+        f"<site name='grip_site' pos='0 0 {grip_z}' size='0.006' rgba='1 0 0 0.5'/>"
+        # wrist camera: beside the hand (off its thin x side), aimed along the approach axis at a point 8 cm
+        # past the fingertips, image x along the closing direction, so both fingers and the object show.
+        "<camera name='wrist' pos='0.055 0 0.03' xyaxes='0 1 0 0.939 0 0.344' fovy='70'/>"
+    )
+
+
 def _arm_xml() -> str:
     xml = ""
     for i, (name, pos, quat, capsule) in enumerate(_LINKS):
@@ -62,7 +115,12 @@ def _arm_xml() -> str:
         )
     xml += _hand_xml()
     xml += "</body>" * len(_LINKS)
-    return xml
+    return (
+        "<body name='link0' pos='0 0 0'>"
+        "<geom type='cylinder' size='0.07 0.07' pos='0 0 0.07' mass='0' class='visual' material='arm_white'/>"
+        "<geom type='capsule' fromto='0 0 0.1 0 0 0.143' size='0.06' mass='0' class='visual' material='arm_grey'/>"
+        + xml + "</body>"
+    )
 
 
 def _hand_xml() -> str:
@@ -77,12 +135,8 @@ def _hand_xml() -> str:
         "<body name='hand' pos='0 0 0.107' quat='0.9238795 0 0 -0.3826834' gravcomp='1'>"
         "<geom type='box' pos='0 0 0.03' size='0.025 0.1 0.03' mass='0.73' class='visual' material='arm_white'/>"
         "<geom name='hand' type='box' pos='0 0 0.03' size='0.025 0.1 0.03' mass='0' class='collision'/>"
-        # grip_site: the point between the finger pads, z along the approach direction.
-        "<site name='grip_site' pos='0 0 0.0964' size='0.006' rgba='1 0 0 0.5'/>"
-        # wrist camera: beside the hand (off its thin x side), aimed along the approach axis at a point 8 cm
-        # past the fingertips, image x along the closing direction, so both fingers and the object show.
-        "<camera name='wrist' pos='0.055 0 0.03' xyaxes='0 1 0 0.939 0 0.344' fovy='70'/>"
-        "<body name='finger_left' pos='0 0 0.0584' gravcomp='1'>"
+        + hand_sites_xml(0.0964)
+        + "<body name='finger_left' pos='0 0 0.0584' gravcomp='1'>"
         "<joint name='finger_left' class='finger'/>"
         + finger.format(side="left", y="0.006", pady="-0.0005")
         + "</body>"
@@ -93,19 +147,58 @@ def _hand_xml() -> str:
     )
 
 
-def _actuators_xml() -> str:
-    xml = ""
-    for i in range(N_ARM):
-        xml += (
-            f"<position name='act{i + 1}' joint='joint{i + 1}' kp='{ARM_KP[i]}' kv='{ARM_KV[i]}' "
-            f"ctrlrange='{ARM_LOWER[i]} {ARM_UPPER[i]}'/>"
-        )
-    for side in ("left", "right"):
-        xml += (
-            f"<position name='act_finger_{side}' joint='finger_{side}' kp='{FINGER_KP}' "
-            f"ctrlrange='0 {FINGER_MAX}' forcerange='-{FINGER_FORCE} {FINGER_FORCE}'/>"
-        )
-    return xml
+def actuators_xml() -> str:
+    """Seven arm position servos (ctrl: joint target, rad), then one force-limited position servo per finger (ctrl:
+    the finger's opening, m). Both robots: the same action moves either arm alike (docs/results/panda.md)."""
+    arm = "".join(
+        f"<position name='act{i + 1}' joint='joint{i + 1}' kp='{ARM_KP[i]}' kv='{ARM_KV[i]}' "
+        f"ctrlrange='{ARM_LOWER[i]} {ARM_UPPER[i]}'/>"
+        for i in range(N_ARM)
+    )
+    return arm + "".join(
+        f"<position name='act_finger_{side}' joint='finger_{side}' kp='{FINGER_KP}' "
+        f"ctrlrange='0 {FINGER_MAX}' forcerange='-{FINGER_FORCE} {FINGER_FORCE}'/>"
+        for side in ("left", "right")
+    )
+
+
+def _primitive_mjcf() -> RobotMJCF:
+    return RobotMJCF(
+        defaults=(
+            "<default class='arm'><joint axis='0 0 1' damping='1' armature='0.1'/></default>"
+            f"<default class='finger'><joint type='slide' axis='0 1 0' range='0 {FINGER_MAX}' damping='{FINGER_DAMPING}' "
+            "armature='0.01'/></default>"
+            "<default class='visual'><geom group='1' density='0'/></default>"
+            "<default class='collision'><geom group='3' rgba='0.5 0.5 0.9 0.3'/></default>"
+        ),
+        assets=(
+            "<material name='arm_white' rgba='0.95 0.95 0.95 1'/>"
+            "<material name='arm_grey' rgba='0.3 0.3 0.32 1'/>"
+        ),
+        body=_arm_xml(),
+    )
+
+
+def _menagerie_mjcf() -> RobotMJCF:
+    from sim import menagerie  # reads the installed Menagerie files; only this robot needs them
+
+    return menagerie.panda_mjcf()
+
+
+ROBOTS: dict[str, Robot] = {
+    "primitive": Robot("primitive", HOME_QPOS, pad_gap=-0.005, mjcf=_primitive_mjcf),
+    # Menagerie's pads (panda.xml fingertip_pad_collision_1) sit 1.5 mm off the finger's inner plane; its grip site
+    # lies 6.5 mm further from the flange than ours, hence its own home posture (tests/test_panda_menagerie.py).
+    "panda_menagerie": Robot(
+        "panda_menagerie", np.array([0.0, -0.184, 0.0, -2.4973, 0.0, 2.3133, 0.7854]), pad_gap=0.003,
+        mjcf=_menagerie_mjcf,
+    ),
+}
+ROBOT_NAMES = tuple(ROBOTS)
+
+
+def get_robot(name: str) -> Robot:
+    return ROBOTS[name]
 
 
 def _robot_sensors_xml() -> str:
@@ -121,10 +214,6 @@ def _robot_sensors_xml() -> str:
     return xml
 
 
-GRIPPER_PAD_GEOMS = ("left_pad", "right_pad")
-GRIPPER_BODY_GEOMS = ("left_finger", "right_finger", "hand")
-
-
 def build_scene_xml(
     *,
     objects_xml: str,
@@ -134,8 +223,10 @@ def build_scene_xml(
     solver_iterations: int = 4,
     ls_iterations: int = 8,
     assets_xml: str = "",
+    robot: Robot | None = None,
 ) -> str:
-    """MJCF of the robot on a table plus a task's objects, sensors and contact pairs."""
+    """MJCF of the robot (default: the primitive arm) on a table plus a task's objects, sensors and contact pairs."""
+    r = (robot or ROBOTS["primitive"]).mjcf()
     return f"""
 <mujoco model='robot_rl_scene'>
   <compiler angle='radian' autolimits='true'/>
@@ -147,18 +238,14 @@ def build_scene_xml(
   <visual><global offwidth='640' offheight='480'/><quality shadowsize='1024'/></visual>
   <default>
     <geom contype='0' conaffinity='0'/>
-    <default class='arm'><joint axis='0 0 1' damping='1' armature='0.1'/></default>
-    <default class='finger'><joint type='slide' axis='0 1 0' range='0 {FINGER_MAX}' damping='{FINGER_DAMPING}' armature='0.01'/></default>
-    <default class='visual'><geom group='1' density='0'/></default>
-    <default class='collision'><geom group='3' rgba='0.5 0.5 0.9 0.3'/></default>
+    {r.defaults}
     <default class='pad'><geom group='3' friction='1.5 0.005 0.0001' rgba='0.9 0.3 0.3 1'/></default>
     <default class='object'><geom group='2' friction='1 0.005 0.0001'/></default>
   </default>
   <asset>
     <texture name='grid' type='2d' builtin='checker' rgb1='0.55 0.45 0.35' rgb2='0.5 0.4 0.3' width='256' height='256'/>
     <material name='table' texture='grid' texrepeat='8 8' reflectance='0.05'/>
-    <material name='arm_white' rgba='0.95 0.95 0.95 1'/>
-    <material name='arm_grey' rgba='0.3 0.3 0.32 1'/>
+    {r.assets}
     {assets_xml}
   </asset>
   <worldbody>
@@ -169,15 +256,12 @@ def build_scene_xml(
     <camera name='front' pos='1.0 0 0.6' xyaxes='0 1 0 -0.707 0 0.707' fovy='45'/>
     <!-- three-quarter view from the front right, looking down at the workspace: videos -->
     <camera name='overview' pos='1.05 -0.75 0.75' xyaxes='0.781 0.625 0 -0.357 0.447 0.820' fovy='45'/>
-    <body name='link0' pos='0 0 0'>
-      <geom type='cylinder' size='0.07 0.07' pos='0 0 0.07' mass='0' class='visual' material='arm_white'/>
-      <geom type='capsule' fromto='0 0 0.1 0 0 0.143' size='0.06' mass='0' class='visual' material='arm_grey'/>
-      {_arm_xml()}
-    </body>
+    {r.body}
     {objects_xml}
   </worldbody>
   <contact>{pairs_xml}</contact>
-  <actuator>{_actuators_xml()}</actuator>
+  <equality>{r.equality}</equality>
+  <actuator>{actuators_xml()}</actuator>
   <sensor>{_robot_sensors_xml()}{sensors_xml}</sensor>
 </mujoco>
 """
@@ -186,10 +270,10 @@ def build_scene_xml(
 def pad_pairs_xml(geom: str, condim: int = 4) -> str:
     """Contact pairs between one object geom and both finger pads and finger bodies."""
     xml = "".join(f"<pair geom1='{geom}' geom2='{p}' condim='{condim}'/>" for p in GRIPPER_PAD_GEOMS)
-    xml += "".join(f"<pair geom1='{geom}' geom2='{f}' condim='3'/>" for f in ("left_finger", "right_finger"))
+    xml += "".join(f"<pair geom1='{geom}' geom2='{f}' condim='3'/>" for f in FINGER_GEOMS)
     return xml
 
 
 def table_pairs_xml() -> str:
     """The fingers stop at the table instead of passing through it."""
-    return "".join(f"<pair geom1='table' geom2='{f}' condim='3'/>" for f in ("left_finger", "right_finger"))
+    return "".join(f"<pair geom1='table' geom2='{f}' condim='3'/>" for f in FINGER_GEOMS)

@@ -138,9 +138,10 @@ class Task:
         """The free bodies that mass randomization scales, one per object."""
         return (self.object_body,)
 
-    def __init__(self, config: TaskConfig | None = None):
+    def __init__(self, config: TaskConfig | None = None, robot_name: str = "primitive"):
         self.cfg = config if config is not None else self.config_cls()
         self.cfg.validate(self.name)
+        self.robot = robot.get_robot(robot_name)  # the arm the scene is built with (EnvConfig.robot)
         self.layout: Layout | None = None
 
     # ---- model -----------------------------------------------------------------------------------
@@ -161,6 +162,7 @@ class Task:
             timestep=timestep,
             solver_iterations=solver_iterations,
             ls_iterations=ls_iterations,
+            robot=self.robot,
         )
 
     def bind(self, model: mujoco.MjModel) -> None:
@@ -173,8 +175,8 @@ class Task:
     # ---- shared robot parts ------------------------------------------------------------------------
     def arm_reset_qpos(self, xp, u):
         """Arm and finger qpos at reset [..., 9] from uniforms u [..., 7]."""
-        arm = xp.asarray(robot.HOME_QPOS, dtype=u.dtype) + self.cfg.arm_qpos_noise * (2.0 * u - 1.0)
-        fingers = xp.full(u.shape[:-1] + (2,), robot.FINGER_MAX, dtype=u.dtype)
+        arm = xp.asarray(self.robot.home_qpos, dtype=u.dtype) + self.cfg.arm_qpos_noise * (2.0 * u - 1.0)
+        fingers = xp.full(u.shape[:-1] + (2,), self.robot.finger_max, dtype=u.dtype)
         return xp.concatenate([arm, fingers], axis=-1)
 
     def ee(self, phys: Phys):
@@ -183,7 +185,7 @@ class Task:
     def gripper_width(self, phys: Phys):
         """Distance between the finger pads' inner faces (m)."""
         q = phys.qpos[..., self.layout.finger_qpos]
-        return q[..., 0] + q[..., 1] - 0.005
+        return q[..., 0] + q[..., 1] + self.robot.pad_gap
 
     def object_pos(self, phys: Phys):
         return phys.qpos[..., self.obj_qpos : self.obj_qpos + 3]

@@ -230,6 +230,8 @@ ROWS = [
         ("task=stack", "lift", "push")),
     Row("eval-unknown-backend", "robot-rl-eval", lambda t, d: eval_args(d, "policy=expert", "env.backend=warp"),
         ("warp", "mujoco")),
+    Row("eval-unknown-robot", "robot-rl-eval", lambda t, d: eval_args(d, "policy=expert", "env.robot=nope"),
+        ("unknown robot 'nope'", "valid robots: primitive, panda_menagerie")),
     Row("eval-reversed-randomization", "robot-rl-eval",
         lambda t, d: eval_args(d, "policy=expert", "env.randomization.friction=[2,1]"), ("friction", "min > max")),
     Row("eval-unknown-key", "robot-rl-eval", lambda t, d: eval_args(d, "policy=expert", "episode=3"),
