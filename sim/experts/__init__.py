@@ -3,6 +3,13 @@
 They read only the observation dict (so observation noise affects them as it would a policy) and emit
 ee_delta actions. `noise` is the std of Gaussian noise added to every action entry (then clipped): the
 sub-optimality knob for collecting imperfect demonstrations. noise=0 is the reference expert.
+
+They work on a robot's terms (randomization=sim2real: millimetres of observation noise, 0-2 control ticks
+of action latency): decisions read per-env estimates that average the readings of the current episode
+(`smooth`), a phase switches only after its condition held for a few ticks (`ticks`), and small
+corrections are commanded at a fraction of the error per tick, so delayed actions do not overshoot. The
+only things they know besides the observation are when each env's episode starts (what a policy learns
+from `reset(env_ids)`) and, for color_lift, which cube is named.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.env import BatchedEnv
+from sim.robot import FINGER_MAX
 
 
 class Expert:
@@ -28,17 +36,61 @@ class Expert:
         self.use_yaw = env.action_space.use_yaw
         self.tcfg = env.task.cfg
         self.rng = np.random.default_rng(seed)
+        self._episodes = None  # [N, 2] (env key, episode index) of the episode each env's estimates belong to
+        self.fresh = np.ones(env.num_envs, dtype=bool)  # per env: this act() is its episode's first
+        self._estimates: dict[str, Estimate] = {}
+        self._ticks: dict[str, np.ndarray] = {}
+
+    def reset(self, env_ids=None) -> None:
+        """Forget the estimates of env_ids (all when None); new episodes are also noticed without this call."""
+        if self._episodes is not None:
+            self._episodes[slice(None) if env_ids is None else np.asarray(env_ids, dtype=np.int64)] = -1
 
     def act(self, obs: dict) -> np.ndarray:
+        self.fresh = self._new_episodes()
         a = self.clean_action(obs)
         if self.noise > 0:
             a = a + self.noise * self.rng.standard_normal(a.shape).astype(np.float32)
         return np.clip(a, -1.0, 1.0).astype(np.float32)
 
+    def _new_episodes(self) -> np.ndarray:
+        key, episode, _ = self.env._episode_ids()
+        ids = np.stack([np.asarray(key, np.int64), np.asarray(episode, np.int64)], axis=1)
+        fresh = np.ones(len(ids), bool) if self._episodes is None else (ids != self._episodes).any(axis=1)
+        self._episodes = ids
+        return fresh
+
     def clean_action(self, obs: dict) -> np.ndarray:
         raise NotImplementedError
 
     # helpers -------------------------------------------------------------------------------------
+    def smooth(self, name: str, reading: np.ndarray, gain: float, shift=None) -> np.ndarray:
+        """Per-env estimate [N, ...] of a noisy `reading` [N, ...] (see Estimate), restarted at each episode's start."""
+        est = self._estimates.get(name)
+        if est is None:
+            est = self._estimates[name] = Estimate(gain)
+        return est.update(np.asarray(reading, np.float64), self.fresh, shift)
+
+    def ticks(self, name: str, condition: np.ndarray) -> np.ndarray:
+        """Per env: for how many consecutive ticks (this one included) `condition` [N] has held this episode."""
+        n = self._ticks.get(name)
+        if n is None or n.shape != condition.shape:
+            n = np.zeros(condition.shape, np.int64)
+        n = np.where(condition & ~self.fresh, n + 1, condition.astype(np.int64))
+        self._ticks[name] = n
+        return n
+
+    def last_ticks(self, name: str) -> np.ndarray:
+        """`ticks(name, ...)` as of the last tick (0 where this tick starts an episode)."""
+        n = self._ticks.get(name)
+        return np.zeros(self.env.num_envs, np.int64) if n is None else np.where(self.fresh, 0, n)
+
+    def closing_grip(self, ticks: np.ndarray, rate: float) -> np.ndarray:
+        """Grip command [N] that closes each finger `rate` m per tick, `ticks` [N] ticks after closing began
+        (0: open): a finger that hits the object at full speed can pass through it (sim/robot.py)."""
+        q = np.clip(FINGER_MAX - rate * ticks, 0.0, FINGER_MAX)
+        return 2.0 * q / FINGER_MAX - 1.0
+
     def move(self, delta: np.ndarray) -> np.ndarray:
         """ee_delta translation part for a desired displacement (m), saturated at a full step."""
         return np.clip(delta / self.max_delta, -1.0, 1.0)
@@ -49,6 +101,29 @@ class Expert:
             parts.append((np.zeros(len(move)) if dyaw is None else np.clip(dyaw / self.max_yaw, -1, 1))[:, None])
         parts.append(np.asarray(grip, dtype=np.float64)[:, None])
         return np.concatenate(parts, axis=1).astype(np.float32)
+
+
+class Estimate:
+    """Per-env estimate of a noisy quantity [N, ...]: the mean of the episode's readings so far, then an
+    exponential filter of gain `gain` (so it follows slow changes with a lag of about 1 / gain ticks).
+
+    `shift` [N, ...], when given, is a known change of the quantity since the last reading (e.g. the hand's
+    commanded motion for a hand-relative position); it moves the estimate before the new reading is mixed in."""
+
+    def __init__(self, gain: float):
+        self.gain = float(gain)
+        self.value = None
+        self.count = None
+
+    def update(self, reading: np.ndarray, fresh: np.ndarray, shift=None) -> np.ndarray:
+        if self.value is None or self.value.shape != reading.shape:
+            self.value, self.count = reading.copy(), np.zeros(len(reading))
+            fresh = np.ones(len(reading), bool)
+        prior = self.value if shift is None else self.value + shift
+        self.count = np.where(fresh, 1.0, self.count + 1.0)
+        g = np.maximum(1.0 / self.count, self.gain).reshape((-1,) + (1,) * (reading.ndim - 1))
+        self.value = prior + g * (reading - prior)
+        return self.value
 
 
 def ee_pos(obs):
