@@ -40,6 +40,7 @@ class Expert:
         self.fresh = np.ones(env.num_envs, dtype=bool)  # per env: this act() is its episode's first
         self._estimates: dict[str, Estimate] = {}
         self._ticks: dict[str, np.ndarray] = {}
+        self.last_move = np.zeros((env.num_envs, 3))  # m, the hand displacement the last action asked for
 
     def reset(self, env_ids=None) -> None:
         """Forget the estimates of env_ids (all when None); new episodes are also noticed without this call."""
@@ -48,10 +49,13 @@ class Expert:
 
     def act(self, obs: dict) -> np.ndarray:
         self.fresh = self._new_episodes()
+        self.last_move[self.fresh] = 0.0
         a = self.clean_action(obs)
         if self.noise > 0:
             a = a + self.noise * self.rng.standard_normal(a.shape).astype(np.float32)
-        return np.clip(a, -1.0, 1.0).astype(np.float32)
+        a = np.clip(a, -1.0, 1.0).astype(np.float32)
+        self.last_move = a[:, :3].astype(np.float64) * self.max_delta
+        return a
 
     def _new_episodes(self) -> np.ndarray:
         key, episode, _ = self.env._episode_ids()
@@ -64,12 +68,14 @@ class Expert:
         raise NotImplementedError
 
     # helpers -------------------------------------------------------------------------------------
-    def smooth(self, name: str, reading: np.ndarray, gain: float, shift=None) -> np.ndarray:
-        """Per-env estimate [N, ...] of a noisy `reading` [N, ...] (see Estimate), restarted at each episode's start."""
+    def smooth(self, name: str, reading: np.ndarray, gain: float, shift=None, restart=None) -> np.ndarray:
+        """Per-env estimate [N, ...] of a noisy `reading` [N, ...] (see Estimate), restarted at each episode's
+        start and where `restart` [N] is True."""
         est = self._estimates.get(name)
         if est is None:
             est = self._estimates[name] = Estimate(gain)
-        return est.update(np.asarray(reading, np.float64), self.fresh, shift)
+        fresh = self.fresh if restart is None else self.fresh | restart
+        return est.update(np.asarray(reading, np.float64), fresh, shift)
 
     def ticks(self, name: str, condition: np.ndarray) -> np.ndarray:
         """Per env: for how many consecutive ticks (this one included) `condition` [N] has held this episode."""
