@@ -39,9 +39,10 @@ class PegInsertExpert(Expert):
     fine_gain = 0.2  # fraction of the estimated centring error corrected per tick over the hole
     # m, centring tolerance of the estimate before inserting, along x and y: the pads close along y and hold
     # the peg stiffly that way; about y it pivots in them, so an offset along x tips it on the rim
-    xy_tol = (0.0006, 0.0006)
+    xy_tol = (0.0006, 0.0012)
     centred_ticks = 4  # ticks the estimate must stay centred before the descent starts
     rim_tilt = 0.02  # change of the peg's tilt during the descent that says it sits on the rim
+    ease = 0.001  # m per step up while a peg jammed in the opening is straightened
     rim_step = 0.0015  # m the aim moves (toward the tilt change) after a descent met the rim
     yaw_tol = 0.03  # rad, peg yaw tolerance before inserting
     yaw_rate = 0.02  # rad per step while turning the held peg (faster twists it in the grasp, tilting it)
@@ -147,7 +148,11 @@ class PegInsertExpert(Expert):
         descend = near_hole & ((centred >= self.centred_ticks) | going)
         self.ticks("descend", descend)
         entering = descend & (top_seen < -0.001)  # in the opening: push on
-        dz = np.where(descend, np.where(entering, -self.push, -self.descend), np.where(near_hole, dz_near, dz_far))
+        # ...unless the peg tips further in there (it is jammed against a wall): ease off while the hand
+        # steers back over it
+        jammed = entering & (np.linalg.norm(tilt, axis=1) - np.linalg.norm(tilt_ref, axis=1) > self.rim_tilt)
+        push = np.where(jammed, self.ease, -self.push)
+        dz = np.where(descend, np.where(entering, push, -self.descend), np.where(near_hole, dz_near, dz_far))
         # break the peg off the table gently: a fast first lift levers it round in the fresh grasp
         peg_bottom_z = peg_ee[:, 2] + ee[:, 2] - hh * np.abs(zax[:, 2])
         dz = np.where(peg_bottom_z < self.lift_gently, np.minimum(dz, self.lift_speed), dz)
