@@ -41,18 +41,29 @@ class Expert:
         self._estimates: dict[str, Estimate] = {}
         self._ticks: dict[str, np.ndarray] = {}
         self.last_move = np.zeros((env.num_envs, 3))  # m, the hand displacement the last action asked for
+        self._noise = np.zeros((env.num_envs, env.action_dim), np.float32)  # the last action's noise
 
     def reset(self, env_ids=None) -> None:
         """Forget the estimates of env_ids (all when None); new episodes are also noticed without this call."""
         if self._episodes is not None:
             self._episodes[slice(None) if env_ids is None else np.asarray(env_ids, dtype=np.int64)] = -1
 
+    cancel_noise = False  # take back the last action's motion noise in the next action (see act)
+
     def act(self, obs: dict) -> np.ndarray:
         self.fresh = self._new_episodes()
         self.last_move[self.fresh] = 0.0
         a = self.clean_action(obs)
         if self.noise > 0:
-            a = a + self.noise * self.rng.standard_normal(a.shape).astype(np.float32)
+            n = self.noise * self.rng.standard_normal(a.shape).astype(np.float32)
+            a = a + n
+            if self.cancel_noise:
+                # An expert whose corrections are far slower than its noise (it averages noisy readings) would
+                # let the noise pile up into a random walk of the hand: it knows the noise it added, so it
+                # undoes the last one's motion (not the grip's) as an operator corrects a slip.
+                prev = np.where(self.fresh[:, None], 0.0, self._noise)
+                a[:, :-1] -= prev[:, :-1]
+            self._noise = n
         a = np.clip(a, -1.0, 1.0).astype(np.float32)
         self.last_move = a[:, :3].astype(np.float64) * self.max_delta
         return a
@@ -68,14 +79,23 @@ class Expert:
         raise NotImplementedError
 
     # helpers -------------------------------------------------------------------------------------
-    def smooth(self, name: str, reading: np.ndarray, gain: float, shift=None, restart=None) -> np.ndarray:
+    def smooth(self, name: str, reading: np.ndarray, gain, shift=None, restart=None) -> np.ndarray:
         """Per-env estimate [N, ...] of a noisy `reading` [N, ...] (see Estimate), restarted at each episode's
         start and where `restart` [N] is True."""
         est = self._estimates.get(name)
         if est is None:
             est = self._estimates[name] = Estimate(gain)
+        est.gain = gain
         fresh = self.fresh if restart is None else self.fresh | restart
         return est.update(np.asarray(reading, np.float64), fresh, shift)
+
+    def reading_noise(self, name: str, static_reading: np.ndarray) -> np.ndarray:
+        """Per env: the std [N] of the readings of a quantity that stays put all episode (e.g. a fixture's
+        position) so far this episode: how much the observations jitter (0 on exact observations)."""
+        r = np.asarray(static_reading, np.float64)
+        mean = self.smooth(name + "/mean", r, 0.0)
+        sq = self.smooth(name + "/sq", r * r, 0.0)
+        return np.sqrt(np.maximum(sq - mean * mean, 0.0).mean(axis=1))
 
     def ticks(self, name: str, condition: np.ndarray) -> np.ndarray:
         """Per env: for how many consecutive ticks (this one included) `condition` [N] has held this episode."""
@@ -111,13 +131,14 @@ class Expert:
 
 class Estimate:
     """Per-env estimate of a noisy quantity [N, ...]: the mean of the episode's readings so far, then an
-    exponential filter of gain `gain` (so it follows slow changes with a lag of about 1 / gain ticks).
+    exponential filter of gain `gain` (a number or one per env; it follows slow changes with a lag of about
+    1 / gain ticks).
 
     `shift` [N, ...], when given, is a known change of the quantity since the last reading (e.g. the hand's
     commanded motion for a hand-relative position); it moves the estimate before the new reading is mixed in."""
 
     def __init__(self, gain: float):
-        self.gain = float(gain)
+        self.gain = gain  # a number, or one per env
         self.value = None
         self.count = None
 
@@ -127,7 +148,7 @@ class Estimate:
             fresh = np.ones(len(reading), bool)
         prior = self.value if shift is None else self.value + shift
         self.count = np.where(fresh, 1.0, self.count + 1.0)
-        g = np.maximum(1.0 / self.count, self.gain).reshape((-1,) + (1,) * (reading.ndim - 1))
+        g = np.maximum(1.0 / self.count, self.gain).reshape((-1,) + (1,) * (reading.ndim - 1))  # gain: scalar or [N]
         self.value = prior + g * (reading - prior)
         return self.value
 
