@@ -8,8 +8,9 @@ They work on a robot's terms (randomization=sim2real: millimetres of observation
 of action latency): decisions read per-env estimates that average the readings of the current episode
 (`smooth`), a phase switches only after its condition held for a few ticks (`ticks`), and small
 corrections are commanded at a fraction of the error per tick, so delayed actions do not overshoot. The
-only things they know besides the observation are when each env's episode starts (what a policy learns
-from `reset(env_ids)`) and, for color_lift, which cube is named.
+only things they know besides the observation and the task's and robot's constants are when each env's
+episode starts (`env.episode_ids`: what a policy learns from `reset(env_ids)`) and, for color_lift, which
+cube is named.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from sim.robot import FINGER_MAX
 
 
 class Expert:
+    """Base of the task experts: `act(obs) -> [N, A]` = clean_action(obs) + noise, with per-env estimates and
+    tick counters (`smooth`, `ticks`) that restart with each env's episode."""
+
+    cancel_noise = False  # take back the last action's motion noise in the next action (see act)
+
     def __init__(self, env: BatchedEnv, noise: float = 0.0, seed: int = 0):
         if env.cfg.action_space != "ee_delta":
             raise ValueError(
@@ -48,8 +54,6 @@ class Expert:
         if self._episodes is not None:
             self._episodes[slice(None) if env_ids is None else np.asarray(env_ids, dtype=np.int64)] = -1
 
-    cancel_noise = False  # take back the last action's motion noise in the next action (see act)
-
     def act(self, obs: dict) -> np.ndarray:
         self.fresh = self._new_episodes()
         self.last_move[self.fresh] = 0.0
@@ -69,8 +73,7 @@ class Expert:
         return a
 
     def _new_episodes(self) -> np.ndarray:
-        key, episode, _ = self.env._episode_ids()
-        ids = np.stack([np.asarray(key, np.int64), np.asarray(episode, np.int64)], axis=1)
+        ids = self.env.episode_ids
         fresh = np.ones(len(ids), bool) if self._episodes is None else (ids != self._episodes).any(axis=1)
         self._episodes = ids
         return fresh

@@ -40,7 +40,6 @@ class LiftExpert(Expert):
         half = self.tcfg.cube_half
         holding = (np.linalg.norm(held_rel[:, :2], axis=1) < 0.02) & (np.abs(held_rel[:, 2]) < 0.02) \
             & (width < 2.0 * half * 1.55) & (width > 2.0 * half * 0.6)
-        holding_n = self.ticks("holding", holding)
         aligned = self.ticks("aligned", xy_err < self.align_tol) >= 2
         low = rel[:, 2] > -self.low_tol
         descending = ee[:, 2] < cube[:, 2] + self.hover - 0.01

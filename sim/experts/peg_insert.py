@@ -17,14 +17,18 @@ def _wrap(a, period):
 
 
 class PegInsertExpert(Expert):
-    """Turn to the peg's square yaw, descend, grasp it just above its centre (closing the fingers gradually),
-    lift it gently off the table and clear of the walls, turn it square to the hole, carry it over the hole,
-    centre the peg's own bottom point (from its position and tilt) on the opening, lower it slowly, push in.
+    """Turn to the peg's square yaw, descend, grasp it just above its centre once a settled estimate says the
+    hand is centred on it (closing the fingers gradually), lift it gently off the table and clear of the walls,
+    turn it square to the hole, carry it over the hole, centre the peg's own bottom point (from its position
+    and tilt) on the opening, lower it slowly, push in.
 
-    The fit has 1.5 mm per side and every reading can be off by millimetres, so the centring reads an
-    estimate that averages three readings of the peg's offset from the hole (its own, the peg's position
-    against the hole's, the hand's position plus the grasp offset) over the ticks it hovers, and corrects a
-    small fraction of it per tick; the descent starts only once that estimate has stayed centred."""
+    The fit has 1.5 mm per side and every reading can be off by millimetres (randomization=sim2real: 5), so
+    the centring reads an estimate that averages three readings of the peg's offset from the hole (its own,
+    the peg's position against the hole's, the hand's position plus the grasp offset) over the ticks it
+    hovers, and corrects a small fraction of it per tick; the descent starts once that estimate has stayed
+    centred, and holds the hand's xy (in the opening: steers it by the peg's tilt). A descent that meets the
+    rim (the peg tips in the pads) backs off and re-aims. How much single readings are trusted follows their
+    measured jitter: on exact observations it corrects on each reading, as the expert without estimates did."""
 
     gain = 0.35  # fraction of a position error corrected per tick while picking and carrying
     cancel_noise = True
@@ -130,7 +134,6 @@ class PegInsertExpert(Expert):
         gap_slow = gap_slow + np.concatenate([self._aim, np.zeros((len(gap), 1))], axis=1)
         exy = gap[:, :2]
         top_gap = -gap[:, 2]  # height of the peg's bottom above the walls' top
-        e = np.linalg.norm(exy, axis=1)
         square = np.abs(yaw4) < self.yaw_tol
         # on trusted readings the descent corrects as it goes, so it may start further off
         tol = np.array(self.xy_tol) + trust[:, None] * (self.trusted_tol - np.array(self.xy_tol))
