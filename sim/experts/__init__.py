@@ -25,8 +25,6 @@ class Expert:
     """Base of the task experts: `act(obs) -> [N, A]` = clean_action(obs) + noise, with per-env estimates and
     tick counters (`smooth`, `ticks`) that restart with each env's episode."""
 
-    cancel_noise = False  # take back the last action's motion noise in the next action (see act)
-
     def __init__(self, env: BatchedEnv, noise: float = 0.0, seed: int = 0):
         if env.cfg.action_space != "ee_delta":
             raise ValueError(
@@ -48,6 +46,8 @@ class Expert:
         self._ticks: dict[str, np.ndarray] = {}
         self.last_move = np.zeros((env.num_envs, 3))  # m, the hand displacement the last action asked for
         self._noise = np.zeros((env.num_envs, env.action_dim), np.float32)  # the last action's noise
+        # per env, the fraction of the last action's motion noise the next action takes back (see act)
+        self.cancel_noise = np.zeros(env.num_envs)
 
     def reset(self, env_ids=None) -> None:
         """Forget the estimates of env_ids (all when None); new episodes are also noticed without this call."""
@@ -61,12 +61,11 @@ class Expert:
         if self.noise > 0:
             n = self.noise * self.rng.standard_normal(a.shape).astype(np.float32)
             a = a + n
-            if self.cancel_noise:
-                # An expert whose corrections are far slower than its noise (it averages noisy readings) would
-                # let the noise pile up into a random walk of the hand: it knows the noise it added, so it
-                # undoes the last one's motion (not the grip's) as an operator corrects a slip.
-                prev = np.where(self.fresh[:, None], 0.0, self._noise)
-                a[:, :-1] -= prev[:, :-1]
+            # An expert whose corrections are far slower than its noise (it averages noisy readings) would let
+            # the noise pile up into a random walk of the hand: it knows the noise it added, so it undoes (a
+            # `cancel_noise` fraction of) the last one's motion, not the grip's, as an operator corrects a slip.
+            prev = np.where(self.fresh[:, None], 0.0, self._noise)
+            a[:, :-1] -= self.cancel_noise[:, None] * prev[:, :-1]
             self._noise = n
         a = np.clip(a, -1.0, 1.0).astype(np.float32)
         self.last_move = a[:, :3].astype(np.float64) * self.max_delta

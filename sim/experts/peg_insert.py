@@ -31,7 +31,6 @@ class PegInsertExpert(Expert):
     measured jitter: on exact observations it corrects on each reading, as the expert without estimates did."""
 
     gain = 0.35  # fraction of a position error corrected per tick while picking and carrying
-    cancel_noise = True
     trusted_gain = 0.5  # fraction of the centring error corrected per tick on trusted readings
     trusted_tol = 0.0015  # m (per axis) centring tolerance on trusted readings
     trusted_noise = 0.0005  # m, observation noise (std) at which single readings get half the trust
@@ -75,6 +74,7 @@ class PegInsertExpert(Expert):
         # How far to trust single readings: the fixture's readings jitter by the observation noise. On exact
         # observations (trust 1) the expert corrects on each reading, as fast as its own action noise needs.
         trust = 1.0 / (1.0 + (self.reading_noise("hole", o[:, 8:11]) / self.trusted_noise) ** 2)
+        self.cancel_noise = 1.0 - trust  # trusted readings correct its own action noise already
 
         # ---- held? (fingers closed on a peg-sized gap, the peg next to the hand) -------------------
         peg_ee = self.smooth("peg_ee", o[:, 14:17], 0.3)
@@ -90,8 +90,8 @@ class PegInsertExpert(Expert):
         grasp = tcfg.grasp_height * zax
         # two readings of the grasp point's offset from the hand, averaged
         gerr_now = 0.5 * ((peg + grasp - ee) + (o[:, 14:17] + grasp))
-        gerr = self.smooth("gerr", gerr_now, 0.4)
-        gerr_slow = self.smooth("gerr_slow", gerr_now, 0.15)
+        gerr = self.smooth("gerr", gerr_now, trust + (1 - trust) * 0.4)
+        gerr_slow = self.smooth("gerr_slow", gerr_now, trust + (1 - trust) * 0.15)
         gxy = np.linalg.norm(gerr[:, :2], axis=1)
         yaw_err = _wrap(yaw4 - eyaw, 0.5 * np.pi)
         aligned = self.ticks("aligned", (gxy < 0.004) & (np.abs(yaw_err) < 0.05)) >= 2
@@ -107,7 +107,8 @@ class PegInsertExpert(Expert):
         pick = gerr_now + np.stack([np.zeros_like(dz), np.zeros_like(dz), dz], axis=1)
         # near the grasp point: a smaller fraction of a smoothed error (less jitter at the pads)
         fine = (gxy < 0.01)[:, None]
-        pick_move = np.where(fine, self.fine_gain * (gerr + (pick - gerr_now)), self.gain * pick)
+        fine_gain = self.fine_gain + trust * (self.trusted_gain - self.fine_gain)
+        pick_move = np.where(fine, fine_gain[:, None] * (gerr + (pick - gerr_now)), self.gain * pick)
         pick_move = np.where((close_n > 0)[:, None], 0.0, pick_move)  # hold still while closing
 
         # ---- place ------------------------------------------------------------------------------
