@@ -57,10 +57,6 @@ class PegInsertExpert(Expert):
     close_rate = 0.007  # m per tick each finger's target closes (a faster finger can pass through the peg)
     close_ticks = 6  # ticks the fingers close on the peg before it is lifted
 
-    def __init__(self, env, noise: float = 0.0, seed: int = 0):
-        super().__init__(env, noise=noise, seed=seed)
-        self._aim = np.zeros((env.num_envs, 2))  # m added to the centring estimates (rim contacts move it)
-
     def clean_action(self, obs):
         o = obs["object"].astype(np.float64)
         tcfg = self.tcfg
@@ -129,10 +125,11 @@ class PegInsertExpert(Expert):
         gap = self.smooth("gap", gap_now, trust + (1 - trust) * 0.25, shift=-dz_asked, restart=~near_hole)
         gap_slow = self.smooth("gap_slow", gap_now, trust + (1 - trust) * 0.08, shift=-dz_asked, restart=~near_hole)
         gap = np.where(near_hole[:, None], gap, gap_now)
-        # where earlier descents met the rim, the opening is (see below)
-        self._aim = np.where((self.fresh | ~holding)[:, None], 0.0, self._aim)
-        gap[:, :2] += self._aim
-        gap_slow = gap_slow + np.concatenate([self._aim, np.zeros((len(gap), 1))], axis=1)
+        # where earlier descents met the rim, the opening is (see below): m added to the centring estimates
+        aim = self.state("aim", (2,))
+        aim[~holding] = 0.0
+        gap[:, :2] += aim
+        gap_slow = gap_slow + np.concatenate([aim, np.zeros((len(gap), 1))], axis=1)
         exy = gap[:, :2]
         top_gap = -gap[:, 2]  # height of the peg's bottom above the walls' top
         square = np.abs(yaw4) < self.yaw_tol
@@ -159,7 +156,7 @@ class PegInsertExpert(Expert):
         # toward the tilt change (the estimates were off by about that much).
         tip = tilt - tilt_ref
         step = self.rim_step * tip / np.maximum(np.linalg.norm(tip, axis=1, keepdims=True), 1e-9)
-        self._aim = self._aim + np.where(tipped[:, None], step, 0.0)
+        aim += np.where(tipped[:, None], step, 0.0)
         descend = near_hole & (centred_enough | going)
         self.ticks("descend", descend)
         entering = descend & (top_seen < -0.001)  # in the opening: push on
