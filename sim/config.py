@@ -68,6 +68,15 @@ class RandomizationConfig:
     def max_latency(self) -> int:
         return self.action_latency[1]
 
+    def overrides(self) -> dict[str, Any]:
+        """The keys set away from their defaults (none: no randomization), e.g. {"action_latency": (0, 2)}."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if _norm(getattr(self, f.name)) != _norm(f.default)}
+
+
+def _norm(v):
+    return tuple(float(x) for x in v) if isinstance(v, (tuple, list)) else float(v)
+
 
 @dataclasses.dataclass
 class EnvConfig:

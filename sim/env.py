@@ -182,6 +182,13 @@ class BatchedEnv:
         state for scripted experts, not an observation."""
         return np.asarray(self._episode_ids()[2], dtype=np.float32)
 
+    @property
+    def episode_ids(self) -> np.ndarray:
+        """[N, 2] int64 (env key, episode index) of each env's current episode: changes exactly where an env
+        starts a new episode (reset or auto-reset), as a policy's reset(env_ids) would tell it."""
+        key, episode, _ = self._episode_ids()
+        return np.stack([np.asarray(key, np.int64), np.asarray(episode, np.int64)], axis=1)
+
     def _episode_ids(self):
         """(key uint32 [N], episode uint32 [N], target [N, target_dim]) of the envs' current episodes."""
         raise NotImplementedError

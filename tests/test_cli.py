@@ -95,6 +95,22 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
     assert (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns == policy_mtime
 
 
+def test_quickstart_without_successful_demos_stops_at_the_demos_stage_before_training(tmp_path, capsys, monkeypatch):
+    from tests.conftest import run_main
+
+    code, _, err = run_main("robot-rl-quickstart", [
+        "stages=[expert,demos,bc]", "episodes=2", "env.num_envs=2", "env.randomization.action_latency=[100,100]",
+        *TINY_BC, f"hydra.run.dir={tmp_path}"], capsys, monkeypatch)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    for needle in ("demos: the scripted expert succeeded in 0 of 6 episodes", "demo_noise=0.1",
+                   "without action noise: success rate 0.00 over 2 episodes",
+                   "env.randomization.action_latency=[100, 100]", "lower demo_noise"):
+        assert needle in lines[0], (needle, lines[0])
+    assert (tmp_path / "expert" / "done.json").is_file() and not (tmp_path / "demos" / "done.json").exists()
+    assert not (tmp_path / "bc").exists()  # no training started
+
+
 def test_quickstart_stage_prefix_evaluates_only_the_expert(tmp_path):
     proc = _quickstart("stages=[expert]", "episodes=4", "env.num_envs=4", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

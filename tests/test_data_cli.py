@@ -59,6 +59,22 @@ def test_collect_records_expert_episodes_and_appends_to_an_existing_store(tmp_pa
     assert [store.episode(i).metadata["expert_noise"] for i in (4, 5, 6)] == [0.0, 0.1, 0.1]
 
 
+def test_collect_of_an_expert_that_never_succeeds_exits_2_naming_success_and_ranges_and_keeps_a_valid_store(
+        tmp_path, capsys, monkeypatch):
+    """action_latency is in control ticks: 100 (meant as milliseconds) leaves the expert no time to act at all."""
+    out = tmp_path / "lift.zarr"
+    code, _, err = run_main("robot-rl-collect", ["episodes=4", "env.num_envs=2", "env.randomization.action_latency=[100,100]",
+                                                 f"out={out}", f"hydra.run.dir={tmp_path / 'run'}"], capsys, monkeypatch)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    for needle in ("succeeded in 0 of 4 episodes", "expert.noise=0", "env.randomization.action_latency=[100, 100]",
+                   "narrow the randomization ranges", f"kept in {out}"):
+        assert needle in lines[0], (needle, lines[0])
+    store = EpisodeStore.open(out)
+    assert store.n_episodes == 4 and not store.episode_attr("success").any()
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["successes"] == 0
+
+
 def test_collect_keeps_the_same_episodes_as_run_episodes(tmp_path):
     """The first `episodes` episodes to start are kept, not the first to finish (short, successful ones)."""
     import sim

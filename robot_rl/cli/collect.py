@@ -9,6 +9,13 @@ Writes the store at `out` (appends if it exists) and runs/collect/<timestamp>-<n
 metrics.json}. A store that already holds episodes of the same collection (task, source, seed, settings),
 e.g. from an interrupted run, is refused with the command that appends the rest under a new seed: the same
 seed would record the same episodes again.
+
+An expert's collection that records fewer than 2 successful episodes (all of them, when fewer were asked for;
+robot_rl.data.collect.MIN_SUCCESSES: what BC and the reward models need at least) ends with exit code 2 and one
+line naming the measured success, the randomization ranges in force and what to change (e.g. an
+action_latency given in milliseconds instead of control ticks). The episodes it recorded stay in the store, which
+is valid; the quickstart's demos stage stops on the same measure. Policy rollouts are not checked: their failures
+are what they are collected for.
 """
 
 from __future__ import annotations
@@ -92,7 +99,7 @@ def main(cfg: DictConfig) -> None:
         except StoreError as e:
             fail(str(e))
 
-    from robot_rl.data.collect import collect, policy_metadata
+    from robot_rl.data.collect import collect, policy_metadata, too_few_successes
     from sim.experts import make_expert
 
     env = make_env(env_cfg)
@@ -129,6 +136,8 @@ def main(cfg: DictConfig) -> None:
         t_end = time.perf_counter()
     finally:
         env.close()
+    problem = too_few_successes(result, env_cfg.randomization, "expert.noise", float(cfg.expert.noise)) \
+        if source == "expert" else None
 
     metrics = {
         "task": env_cfg.task,
@@ -145,6 +154,8 @@ def main(cfg: DictConfig) -> None:
         "steps_per_s": result["steps"] / max(t_end - t_collect, 1e-9),
     }
     write_metrics(run_dir, metrics)
+    if problem is not None:
+        fail(f"{problem} (the {result['episodes']} episodes are kept in {out}, a valid store)")
     print(
         f"{env_cfg.task} / {env_cfg.backend}: recorded {result['episodes']} episodes ({result['steps']} steps), "
         f"success rate {result['success_rate']:.3f}, into {out} (now {result['store_episodes']} episodes)"

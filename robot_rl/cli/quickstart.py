@@ -6,6 +6,10 @@
     robot-rl-quickstart stages=[expert]         # only evaluate the scripted expert
 
 Writes runs/quickstart/<name>/ (rerun: finished stages are reused; force=true redoes them).
+
+Demonstrations with fewer than 2 successful episodes (robot_rl.data.collect.MIN_SUCCESSES: too few for BC and the
+reward models) stop the run at the demos stage, before any training, with exit code 2 and one line naming the
+measured success, the randomization ranges in force and what to change (as robot-rl-collect does).
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ def main(cfg: DictConfig) -> None:
 
                 def demos(out):
                     from robot_rl.data import EpisodeStore
-                    from robot_rl.data.collect import collect
+                    from robot_rl.data.collect import collect, too_few_successes
 
                     task = bar.add_task("demos: record", total=int(cfg.demos))
                     with EpisodeStore.open(demos_path, mode="a") as store:
@@ -90,6 +94,10 @@ def main(cfg: DictConfig) -> None:
                                     store, int(cfg.demos), seed=int(cfg.seed), source="expert",
                                     metadata={"expert_noise": float(cfg.demo_noise)},
                                     progress=lambda n: bar.advance(task, n))
+                    problem = too_few_successes(r, env_cfg.randomization, "demo_noise", float(cfg.demo_noise),
+                                                noiseless=pipe.results.get("expert"))
+                    if problem is not None:  # stop before BC trains on demonstrations that never do the task
+                        raise StageFailed(f"demos: {problem}")
                     return {"store": str(demos_path), "noise": float(cfg.demo_noise), **r}
 
                 def bc(out):

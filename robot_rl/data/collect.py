@@ -24,6 +24,33 @@ def policy_metadata(path, policy) -> dict:
     return {"policy": str(path), "policy_sha256": policy.weights_sha256()}
 
 
+# The fewest successful episodes the learning commands can use: successes are BC's only examples of the task
+# done, and the reward models' progress anchors and classifier positives (robot_rl/reward/episodes.py).
+MIN_SUCCESSES = 2
+
+
+def too_few_successes(result: dict, randomization, noise_key: str, noise: float, noiseless: dict | None = None
+                      ) -> str | None:
+    """The problem (one line) when an expert's collection `result` (collect's) holds fewer than MIN_SUCCESSES
+    successful episodes (all of them, for smaller collections): the measured success, the randomization ranges
+    in force (`randomization`: sim.config.RandomizationConfig) and what to change; None when there are enough.
+    `noiseless`: the same expert's evaluation without action noise, when there is one (says which to change)."""
+    n, k = result["episodes"], result["successes"]
+    if k >= min(MIN_SUCCESSES, n):
+        return None
+    ranges = ", ".join(f"env.randomization.{key}={_fmt(v)}" for key, v in randomization.overrides().items())
+    ref = "" if noiseless is None else \
+        f" (without action noise: success rate {noiseless['success_rate']:.2f} over {noiseless['episodes']} episodes)"
+    return (f"the scripted expert succeeded in {k} of {n} episodes (success rate {k / n:.2f}) with {noise_key}={noise:g}"
+            f"{ref} under randomization {ranges or 'none'}: fewer than {MIN_SUCCESSES} successes, too few to learn "
+            f"from. These settings put the task out of the expert's reach: narrow the randomization ranges "
+            f"(randomization=sim2real is the preset it is measured under) or lower {noise_key}")
+
+
+def _fmt(v) -> str:
+    return f"[{', '.join(f'{x:g}' for x in v)}]" if isinstance(v, (tuple, list)) else f"{v:g}"
+
+
 # Metadata keys that differ between the episodes of one collection (or name the same policy another way).
 _PER_EPISODE = ("env_index", "env_episode", "policy")
 
@@ -103,6 +130,7 @@ def collect(
         obs = next_obs
     return {
         "episodes": len(successes),
+        "successes": int(sum(successes)),
         "steps": int(sum(lengths)),
         "success_rate": float(np.mean(successes)),
         "mean_length": float(np.mean(lengths)),

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from robot_rl.data.collect import MIN_SUCCESSES
 from robot_rl.reward import labels as L
 from robot_rl.reward.model import RewardSpec
 
@@ -247,7 +248,7 @@ def check_outcomes(data: Episodes, task: str) -> None:
             f"the data holds {n_fail} failed episode(s) of {data.n_episodes}: the success classifier needs failures "
             f"(at least 2, some held out), and the progress model needs them so that stalling is not rewarded; "
             + FAILURE_HELP.format(task=task))
-    if n_ok < 2:
+    if n_ok < MIN_SUCCESSES:
         raise RewardDataError(
             f"the data holds {n_ok} successful episode(s) of {data.n_episodes}: progress labels and classifier "
             f"positives come from successes; add demonstrations (robot-rl-collect task={task} out=DEMOS)")

@@ -3,6 +3,14 @@
 They read only the observation dict (so observation noise affects them as it would a policy) and emit
 ee_delta actions. `noise` is the std of Gaussian noise added to every action entry (then clipped): the
 sub-optimality knob for collecting imperfect demonstrations. noise=0 is the reference expert.
+
+They work on a robot's terms (randomization=sim2real: millimetres of observation noise, 0-2 control ticks
+of action latency): decisions read per-env estimates that average the readings of the current episode
+(`smooth`), a phase switches only after its condition held for a few ticks (`ticks`), and small
+corrections are commanded at a fraction of the error per tick, so delayed actions do not overshoot. The
+only things they know besides the observation and the task's and robot's constants are when each env's
+episode starts (`env.episode_ids`: what a policy learns from `reset(env_ids)`) and, for color_lift, which
+cube is named.
 """
 
 from __future__ import annotations
@@ -10,9 +18,21 @@ from __future__ import annotations
 import numpy as np
 
 from sim.env import BatchedEnv
+from sim.robot import FINGER_MAX
 
 
 class Expert:
+    """Base of the task experts: `act(obs) -> [N, A]` = clean_action(obs) + noise, with per-env estimates,
+    tick counters and state (`smooth`, `ticks`, `state`) that restart with each env's episode.
+
+    Memory needs consecutive observations of the env's own episodes. Observations of another batch size (e.g.
+    stored steps relabeled in batches) are planned from alone, as on an episode's first tick with every
+    confirmation given, and leave the memory untouched. An episode starts where `env.episode_ids` changes (the
+    env's reset or auto-reset), where `reset(env_ids)` says so, or where the hand jumped farther than it can
+    move in a tick (observations from elsewhere, e.g. a robot whose scene was reset)."""
+
+    jump = 0.06  # m the observed hand moves between two ticks that says a new episode began (a tick: <= 2 cm)
+
     def __init__(self, env: BatchedEnv, noise: float = 0.0, seed: int = 0):
         if env.cfg.action_space != "ee_delta":
             raise ValueError(
@@ -28,17 +48,122 @@ class Expert:
         self.use_yaw = env.action_space.use_yaw
         self.tcfg = env.task.cfg
         self.rng = np.random.default_rng(seed)
+        self._memory: dict = {}  # name -> Estimate or per-env array, of the envs' current episodes
+        self._episodes = None  # [N, 2] (env key, episode index) the memory belongs to
+        self._forget = np.zeros(env.num_envs, dtype=bool)  # reset(env_ids) since the last act
+        self._confirmed = False  # planning without memory: every `ticks` confirmation is given
+        self.fresh = np.ones(env.num_envs, dtype=bool)  # per env: this act() is its episode's first
+        # per env, the fraction of the last action's motion noise the next action takes back (see act)
+        self.cancel_noise = np.zeros(env.num_envs)
+
+    def reset(self, env_ids=None) -> None:
+        """Forget what env_ids (all when None) remember; new episodes are also noticed without this call."""
+        self._forget[slice(None) if env_ids is None else np.asarray(env_ids, dtype=np.int64)] = True
 
     def act(self, obs: dict) -> np.ndarray:
+        batch = len(obs["proprio"])
+        if batch != self.env.num_envs:
+            return self._act_without_memory(obs, batch)
+        self.fresh = self._new_episodes(obs)
+        return self._act(obs)
+
+    def _act(self, obs: dict) -> np.ndarray:
         a = self.clean_action(obs)
+        last_noise = self.state("noise", a.shape[1:])  # the last action's noise
         if self.noise > 0:
-            a = a + self.noise * self.rng.standard_normal(a.shape).astype(np.float32)
-        return np.clip(a, -1.0, 1.0).astype(np.float32)
+            n = self.noise * self.rng.standard_normal(a.shape).astype(np.float32)
+            # An expert whose corrections are far slower than its noise (it averages noisy readings) would let
+            # the noise pile up into a random walk of the hand: it knows the noise it added, so it undoes (a
+            # `cancel_noise` fraction of) the last one's motion, not the grip's, as an operator corrects a slip.
+            a = a + n
+            a[:, :-1] -= self.cancel_noise[:, None] * last_noise[:, :-1]
+            last_noise[:] = n
+        a = np.clip(a, -1.0, 1.0).astype(np.float32)
+        self.state("last_move", (3,))[:] = a[:, :3] * self.max_delta
+        return a
+
+    def _act_without_memory(self, obs: dict, batch: int) -> np.ndarray:
+        saved = self._memory, self.fresh, self.cancel_noise, self._confirmed
+        self._memory, self.fresh, self.cancel_noise, self._confirmed = {}, np.ones(batch, bool), np.zeros(batch), True
+        try:
+            return self._act(obs)
+        finally:
+            self._memory, self.fresh, self.cancel_noise, self._confirmed = saved
+
+    def _new_episodes(self, obs: dict) -> np.ndarray:
+        fresh = self._forget.copy()
+        self._forget[:] = False
+        try:
+            ids = self.env.episode_ids
+        except RuntimeError:  # an env never reset (observations come from elsewhere)
+            ids = None
+        if ids is not None:
+            fresh |= np.ones(len(ids), bool) if self._episodes is None else (ids != self._episodes).any(axis=1)
+            self._episodes = ids
+        hand = ee_pos(obs)
+        last = self._memory.get("hand")
+        fresh |= np.ones(len(hand), bool) if last is None else np.linalg.norm(hand - last, axis=1) > self.jump
+        self._memory["hand"] = hand
+        return fresh
+
+    @property
+    def last_move(self) -> np.ndarray:
+        """[N, 3] m, the hand displacement the last action asked for (0 on an episode's first tick)."""
+        return self.state("last_move", (3,))
 
     def clean_action(self, obs: dict) -> np.ndarray:
         raise NotImplementedError
 
     # helpers -------------------------------------------------------------------------------------
+    def smooth(self, name: str, reading: np.ndarray, gain, shift=None, restart=None) -> np.ndarray:
+        """Per-env estimate [N, ...] of a noisy `reading` [N, ...] (see Estimate), restarted at each episode's
+        start and where `restart` [N] is True."""
+        est = self._memory.get(name)
+        if est is None:
+            est = self._memory[name] = Estimate(gain)
+        est.gain = gain
+        fresh = self.fresh if restart is None else self.fresh | restart
+        return est.update(np.asarray(reading, np.float64), fresh, shift)
+
+    def state(self, name: str, shape: tuple = ()) -> np.ndarray:
+        """Per-env state [N, *shape] the expert keeps (and changes in place), zeroed at each episode's start."""
+        v = self._memory.get(name)
+        if v is None or v.shape != (len(self.fresh), *shape):
+            v = self._memory[name] = np.zeros((len(self.fresh), *shape))
+        v[self.fresh] = 0.0
+        return v
+
+    def reading_noise(self, name: str, static_reading: np.ndarray) -> np.ndarray:
+        """Per env: the std [N] of the readings of a quantity that stays put all episode (e.g. a fixture's
+        position) so far this episode: how much the observations jitter (0 on exact observations)."""
+        r = np.asarray(static_reading, np.float64)
+        mean = self.smooth(name + "/mean", r, 0.0)
+        sq = self.smooth(name + "/sq", r * r, 0.0)
+        return np.sqrt(np.maximum(sq - mean * mean, 0.0).mean(axis=1))
+
+    def ticks(self, name: str, condition: np.ndarray) -> np.ndarray:
+        """Per env: for how many consecutive ticks (this one included) `condition` [N] has held this episode
+        (planning without memory: as long as any confirmation needs)."""
+        if self._confirmed:
+            return np.where(condition, 1 << 30, 0)
+        n = self._memory.get("ticks/" + name)
+        if n is None or n.shape != condition.shape:
+            n = np.zeros(condition.shape, np.int64)
+        n = np.where(condition & ~self.fresh, n + 1, condition.astype(np.int64))
+        self._memory["ticks/" + name] = n
+        return n
+
+    def last_ticks(self, name: str) -> np.ndarray:
+        """`ticks(name, ...)` as of the last tick (0 where this tick starts an episode)."""
+        n = self._memory.get("ticks/" + name)
+        return np.zeros(len(self.fresh), np.int64) if n is None else np.where(self.fresh, 0, n)
+
+    def closing_grip(self, ticks: np.ndarray, rate: float) -> np.ndarray:
+        """Grip command [N] that closes each finger `rate` m per tick, `ticks` [N] ticks after closing began
+        (0: open): a finger that hits the object at full speed can pass through it (sim/robot.py)."""
+        q = np.clip(FINGER_MAX - rate * ticks, 0.0, FINGER_MAX)
+        return 2.0 * q / FINGER_MAX - 1.0
+
     def move(self, delta: np.ndarray) -> np.ndarray:
         """ee_delta translation part for a desired displacement (m), saturated at a full step."""
         return np.clip(delta / self.max_delta, -1.0, 1.0)
@@ -49,6 +174,30 @@ class Expert:
             parts.append((np.zeros(len(move)) if dyaw is None else np.clip(dyaw / self.max_yaw, -1, 1))[:, None])
         parts.append(np.asarray(grip, dtype=np.float64)[:, None])
         return np.concatenate(parts, axis=1).astype(np.float32)
+
+
+class Estimate:
+    """Per-env estimate of a noisy quantity [N, ...]: the mean of the episode's readings so far, then an
+    exponential filter of gain `gain` (a number or one per env; it follows slow changes with a lag of about
+    1 / gain ticks).
+
+    `shift` [N, ...], when given, is a known change of the quantity since the last reading (e.g. the hand's
+    commanded motion for a hand-relative position); it moves the estimate before the new reading is mixed in."""
+
+    def __init__(self, gain: float):
+        self.gain = gain  # a number, or one per env
+        self.value = None
+        self.count = None
+
+    def update(self, reading: np.ndarray, fresh: np.ndarray, shift=None) -> np.ndarray:
+        if self.value is None or self.value.shape != reading.shape:
+            self.value, self.count = reading.copy(), np.zeros(len(reading))
+            fresh = np.ones(len(reading), bool)
+        prior = self.value if shift is None else self.value + shift
+        self.count = np.where(fresh, 1.0, self.count + 1.0)
+        g = np.maximum(1.0 / self.count, self.gain).reshape((-1,) + (1,) * (reading.ndim - 1))  # gain: scalar or [N]
+        self.value = prior + g * (reading - prior)
+        return self.value
 
 
 def ee_pos(obs):
