@@ -16,18 +16,18 @@ def card_args(run, *extra) -> list[str]:
     return ["sweep=robustness", "env.num_envs=4", "sweep.episodes=4", *extra, f"hydra.run.dir={run}"]
 
 
-def test_latency_3_ticks_breaks_the_lift_expert_and_the_card_files_agree(tmp_path, capsys, monkeypatch):
-    """Latency set per level reaches the env (the nominal expert lifts every cube with no delay and none with 3 ticks,
-    measured 64/64 and 0/64), and robustness.json / .md / .png / .html carry the same figures."""
+def test_latency_6_ticks_breaks_the_lift_expert_and_the_card_files_agree(tmp_path, capsys, monkeypatch):
+    """Latency set per level reaches the env (the expert, built for 0-2 ticks, lifts every cube with no delay and none
+    with 6 ticks, 300 ms: measured 0/32), and robustness.json / .md / .png / .html carry the same figures."""
     run = tmp_path / "run"
     code, out, err = run_main("robot-rl-eval", card_args(run, "policy=expert", "sweep.factors=[latency,obs_noise]",
-                                                         "sweep.latency=[0,3]", "sweep.obs_noise=[0]"),
+                                                         "sweep.latency=[0,6]", "sweep.obs_noise=[0]"),
                               capsys, monkeypatch)
     assert code in (0, None), err[-2000:]
     card = json.loads((run / "robustness.json").read_text())
     rate = {(r["factor"], r["level"]): r["success_rate"] for r in card["results"]}
-    assert rate == {("latency", 0): 1.0, ("latency", 3): 0.0, ("obs_noise", 0): 1.0}
-    assert card["factors"]["latency"] == {"key": "action_latency", "unit": "ticks", "levels": [0, 3]}
+    assert rate == {("latency", 0): 1.0, ("latency", 6): 0.0, ("obs_noise", 0): 1.0}
+    assert card["factors"]["latency"] == {"key": "action_latency", "unit": "ticks", "levels": [0, 6]}
     assert all(r["episodes"] == 4 for r in card["results"]) and card["seed"] == 1000
     # the two nominal levels (latency 0, noise 0) are one evaluation: 2 levels of 4 episodes ran, not 3
     assert json.loads((run / "metrics.json").read_text())["episodes_run"] == 8
@@ -44,7 +44,7 @@ def test_latency_3_ticks_breaks_the_lift_expert_and_the_card_files_agree(tmp_pat
     assert png.startswith(b"\x89PNG") and "![Success per factor level](robustness.png)" in md
     embedded = re.search(r'src="data:image/png;base64,([^"]+)"', html).group(1)
     assert base64.b64decode(embedded) == png
-    assert "latency (ticks)  3      0.00" in out  # the table printed at the end
+    assert "latency (ticks)  6      0.00" in out  # the table printed at the end
 
 
 def test_one_card_compares_the_expert_and_a_checkpoint(tiny, tmp_path, capsys, monkeypatch):
