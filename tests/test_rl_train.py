@@ -205,7 +205,8 @@ def test_short_residual_training_fixes_a_biased_base(tmp_path):
         with EpisodeStore.open(tmp_path / "demos.zarr", "a") as store:
             collect(env, make_expert(env, noise=0.1), store, 20, seed=77)
         demos = EpisodeStore.open(tmp_path / "demos.zarr")
-        base = BiasedExpert(env, (0.36, 0.0, 0.0, 0.0))
+        base = BiasedExpert(env, (0.12, 0.0, 0.0, 0.0))  # the expert corrects 35% of an error per tick: a 2.4 mm
+        # push per step leaves it ~7 mm off, about a third of its episodes succeed (0.31 over 32)
         cfg = ResidualRLConfig(
             env_steps=2400, learning_starts=800, utd=0.25, eval_every=0, eval_episodes=32, log_every=800,
             ckpt_every=10_000, final_eval_episodes=0, videos=0, seed=0, residual=ResidualConfig(scale=0.2, hidden=(64, 64)),
