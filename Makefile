@@ -38,7 +38,7 @@ quickstart: $(VENV)/.installed
 # The layers contract (pyproject.toml [tool.importlinter]) first: a back-edge fails the run before any test.
 test: $(VENV)/.installed $(PANDA_ASSETS)
 	$(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=20
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/sim_throughput.py --quick
