@@ -19,5 +19,9 @@ class ExpertPolicy(BasePolicy):
             action_space=env.cfg.action_space, obs_horizon=1, action_horizon=1, control_hz=env.cfg.control_hz,
         )
 
+    def reset(self, env_ids: np.ndarray | None = None) -> None:
+        """A new episode for env_ids: the expert forgets their estimates (sim/experts/__init__.py Expert.reset)."""
+        self.expert.reset(env_ids)
+
     def act(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:
         return self.expert.act({k: v[:, -1] for k, v in obs_history.items()})[:, None, :]

@@ -16,7 +16,7 @@ import mujoco
 import numpy as np
 
 from sim import robot
-from sim.actions import PREV_ACTIONS, ActionHistory
+from sim.actions import ActionHistory
 from sim.task import Phys, neutral_params
 
 
@@ -41,10 +41,7 @@ class ObservationModel:
 
     @property
     def obs_dims(self) -> dict[str, int]:
-        dims = self.task.obs_dims()
-        if self.actions.dim:
-            dims[PREV_ACTIONS] = self.actions.dim
-        return dims
+        return self.actions.add_dims(self.task.obs_dims())
 
     def object_pose_default(self) -> np.ndarray:
         """The object's pose (pos 3, quat wxyz 4) in the model's default configuration."""
@@ -68,10 +65,7 @@ class ObservationModel:
         """The task's observation dict, float32 [1, dim] per key (no noise: the robot brings its own), with the
         commanded actions so far where the env has an action history."""
         obs = self.task.observe(np, phys, np.asarray(target, dtype=np.float64)[None], self.params)
-        obs = {k: v.astype(np.float32) for k, v in obs.items()}
-        if self.actions.dim:
-            obs[PREV_ACTIONS] = self.actions.flat()
-        return obs
+        return self.actions.add_to({k: v.astype(np.float32) for k, v in obs.items()})
 
     def ee_pos(self, command: np.ndarray) -> np.ndarray:
         """End-effector (grip site) position [3] of a command vector [n] in wire order."""

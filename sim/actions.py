@@ -109,3 +109,13 @@ class ActionHistory:
         """[n, length * A] float32, a copy."""
         return self.buf.reshape(len(self.buf), -1).copy()
 
+    def add_dims(self, dims: dict[str, int]) -> dict[str, int]:
+        """Observation sizes `dims` with obs["prev_actions"]'s, when there is a history."""
+        return {**dims, PREV_ACTIONS: self.dim} if self.buf.shape[1] else dims
+
+    def add_to(self, obs: dict, idx=slice(None)) -> dict:
+        """`obs` (of envs idx) with their obs["prev_actions"], when there is a history."""
+        if self.buf.shape[1]:
+            obs[PREV_ACTIONS] = self.flat()[idx]
+        return obs
+

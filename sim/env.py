@@ -23,7 +23,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.actions import PREV_ACTIONS
 from sim.config import ConfigError, EnvConfig
 from sim.tasks import TASKS
 
@@ -83,10 +82,8 @@ class BatchedEnv:
     # ---- host API ---------------------------------------------------------------------------------
     def reset(self, seed: int | Sequence[int] = 0) -> dict:
         obs = self._reset(self.env_keys(seed))
-        if self.cfg.action_history:
-            self._actions.reset()
-            obs[PREV_ACTIONS] = self._actions.flat()
-        return obs
+        self._actions.reset()
+        return self._actions.add_to(obs)
 
     def env_keys(self, seed: int | Sequence[int]) -> np.ndarray:
         """Per-env stream keys uint32 [N] of `seed`: an int for the batch, or one int per env."""
@@ -110,10 +107,8 @@ class BatchedEnv:
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_envs):
             raise ValueError(f"env_ids {idx.tolist()} out of range for num_envs={self.num_envs}")
         obs = self._restart(idx)
-        if self.cfg.action_history:
-            self._actions.reset(idx)
-            obs[PREV_ACTIONS] = self._actions.flat()[idx]
-        return obs
+        self._actions.reset(idx)
+        return self._actions.add_to(obs, idx)
 
     def _restart(self, idx: np.ndarray) -> dict:
         raise NotImplementedError
@@ -123,11 +118,10 @@ class BatchedEnv:
         obs, reward, done, info = self._step(action)
         if self.cfg.action_history:  # the finished episodes' last observation keeps its history, the next starts anew
             self._actions.push(action)
-            final = info["final_obs"]
-            final[PREV_ACTIONS] = self._actions.flat()
+            self._actions.add_to(info["final_obs"])
             if done.any():
                 self._actions.reset(np.nonzero(done)[0])
-                obs[PREV_ACTIONS] = self._actions.flat()
+                self._actions.add_to(obs)
         return obs, reward, done, info
 
     def check_action(self, action) -> np.ndarray:
@@ -147,10 +141,7 @@ class BatchedEnv:
     @property
     def obs_dims(self) -> dict[str, int]:
         """Sizes of the vector observation keys (images are in `image_shapes`)."""
-        dims = self.task.obs_dims()
-        if self.cfg.action_history:
-            dims[PREV_ACTIONS] = self._actions.dim
-        return dims
+        return self._actions.add_dims(self.task.obs_dims())
 
     @property
     def image_shapes(self) -> dict[str, tuple[int, int, int]]:
