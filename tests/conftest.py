@@ -7,6 +7,7 @@ import importlib
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -76,19 +77,19 @@ TINY_BC = ["policy.dims=[16,32]", "policy.step_embed_dim=16", "policy.pred_horiz
         "policy.inference_steps=2", "policy.train_steps=20", "batch_size=8", "ckpt_every=1", "log_every=1",
         "warmup_steps=1", "env.num_envs=2", "final_eval=false", "videos=0"]
 
-SCRIPTS = {  # console script -> module with main (pyproject.toml [project.scripts])
-    "robot-rl-eval": "robot_rl.cli.eval", "robot-rl-collect": "robot_rl.cli.collect",
-    "robot-rl-train-bc": "robot_rl.cli.train_bc", "robot-rl-train-residual": "robot_rl.cli.train_residual",
-    "robot-rl-train-reward": "robot_rl.cli.train_reward", "robot-rl-data": "robot_rl.cli.data",
-    "robot-rl-deploy": "real.cli.deploy", "robot-rl-quickstart": "robot_rl.cli.quickstart",
-    "robot-rl-benchmark": "robot_rl.cli.benchmark",
-}
+ENTRY_POINTS = {name: target.split(":")[0] for name, target in  # console script -> module with main
+                tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"].items()}
+# The commands tests/test_bad_input_table.py must cover (teleop, the sim driver and the rosbag import have their own
+# bad-input tests next to their other tests)
+SCRIPTS = {name: ENTRY_POINTS[name] for name in (
+    "robot-rl-eval", "robot-rl-collect", "robot-rl-train-bc", "robot-rl-train-residual", "robot-rl-train-reward",
+    "robot-rl-data", "robot-rl-deploy", "robot-rl-quickstart", "robot-rl-benchmark")}
 
 
 def run_main(script: str, args: list[str], capsys, monkeypatch) -> tuple[int | str | None, str, str]:
     """(exit code, stdout, stderr) of console script `script` run in-process with argv `args` (of one key given
     twice, the last wins)."""
-    main = importlib.import_module(SCRIPTS[script]).main
+    main = importlib.import_module(ENTRY_POINTS[script]).main
     monkeypatch.setattr(sys, "argv", [script, *args])
     capsys.readouterr()
     code = 0
@@ -98,6 +99,21 @@ def run_main(script: str, args: list[str], capsys, monkeypatch) -> tuple[int | s
         code = e.code
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+@pytest.fixture
+def cli_here(capsys, monkeypatch):
+    """run_cli's twin in this process, for bad input refused before any work: a CompletedProcess with the exit code
+    and output the console script would give (a fresh interpreter per case costs ~2.5 s of imports). Output printed
+    at import time is not seen here: each command keeps at least one run_cli bad-input test for that."""
+
+    def run(script: str, *args: str) -> subprocess.CompletedProcess:
+        code, out, err = run_main(script, list(args), capsys, monkeypatch)
+        if isinstance(code, str):  # SystemExit("message"): Python prints it to stderr and exits 1
+            code, err = 1, err + code + "\n"
+        return subprocess.CompletedProcess([script, *args], 0 if code is None else code, out, err)
+
+    return run
 
 
 @dataclasses.dataclass

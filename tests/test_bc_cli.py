@@ -68,16 +68,16 @@ def test_train_bc_resumes_from_the_latest_checkpoint(trained, lift_store):
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000004", "step_0000006"]
 
 
-def test_resume_with_a_changed_config_names_the_differing_keys(trained, lift_store):
+def test_resume_with_a_changed_config_names_the_differing_keys(trained, lift_store, cli_here):
     run, _ = trained
-    proc = run_cli("robot-rl-train-bc", f"data={lift_store}", "steps=8", *TINY, "lr=0.01", "policy.kernel=3",
-                   f"hydra.run.dir={run}")
+    proc = cli_here("robot-rl-train-bc", f"data={lift_store}", "steps=8", *TINY, "lr=0.01", "policy.kernel=3",
+                    f"hydra.run.dir={run}")
     assert_one_line_error(proc, "cannot resume", "lr (0.0003 -> 0.01)", "policy.kernel (5 -> 3)")
 
 
-def test_train_bc_refuses_a_store_of_another_task(lift_store, tmp_path):
-    proc = run_cli("robot-rl-train-bc", "task=push", f"data={lift_store}", "steps=2", *TINY,
-                   f"hydra.run.dir={tmp_path}")
+def test_train_bc_refuses_a_store_of_another_task(lift_store, tmp_path, cli_here):
+    proc = cli_here("robot-rl-train-bc", "task=push", f"data={lift_store}", "steps=2", *TINY,
+                    f"hydra.run.dir={tmp_path}")
     assert_one_line_error(proc, "holds task(s) ['lift']", "trains task 'push'")
 
 

@@ -49,10 +49,13 @@ TINY_RL = ["rollouts=4", "reward.steps=5", "reward.batch_size=64", "deploy_episo
            "rl.time_budget_s=0", "rl.env_steps=40", "rl.learning_starts=20", "rl.residual.hidden=[16]",
            "rl.learner.num_critics=2", "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16",
            "rl.learner.critic_warmup=5"]
+# Lift episodes of 48 steps instead of 80: the expert finishes in ~36; the tiny BC policy fails, so its evaluations,
+# rollouts and the real-time dry run last the whole episode
+SHORT = ["+env.task_config.episode_steps=48"]
 
 
 def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
-    proc = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, tmp_path=tmp_path)
+    proc = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, *SHORT, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stages = json.loads((tmp_path / "metrics.json").read_text())["stages"]
     assert set(stages) == {"expert", "demos", "bc", "eval_bc", "rollouts", "reward", "residual", "eval_residual",
@@ -89,7 +92,7 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
     assert pixels.shape[:2] == (1600, 1000)
     assert (pixels < 200).any(-1).mean() > 0.02, "the page rendered nearly blank"
     policy_mtime = (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns
-    again = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, tmp_path=tmp_path)
+    again = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, *SHORT, tmp_path=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count("(reused)") == 3  # the stages with a success rate: expert, BC, BC + residual
     assert (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns == policy_mtime

@@ -113,10 +113,10 @@ def test_collect_into_a_locked_store_exits_2_naming_the_holder(tmp_path):
     assert_one_line_error(proc, f"{path} is locked by a writer (pid {os.getpid()})")
 
 
-def test_collect_with_a_store_of_other_keys_exits_2_before_simulating(tmp_path):
+def test_collect_with_a_store_of_other_keys_exits_2_before_simulating(tmp_path, cli_here):
     path = tmp_path / "s.zarr"
     _make_store(path, 2)
-    proc = run_cli("robot-rl-collect", "episodes=1", "env.num_envs=1", f"out={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    proc = cli_here("robot-rl-collect", "episodes=1", "env.num_envs=1", f"out={path}", f"hydra.run.dir={tmp_path / 'run'}")
     assert_one_line_error(proc, f"episode store {path} has keys", "Write them to a new store")
     assert EpisodeStore.open(path).n_episodes == 2
 
@@ -186,11 +186,11 @@ def test_merge_combines_stores_in_order_and_keeps_every_attribute(tmp_path):
     assert summary["sources"] == {"policy": 3, "teleop": 2} and summary["tasks"] == {"lift": 2, "peg_insert": 3}
 
 
-def test_merge_of_stores_with_different_keys_exits_2_and_creates_nothing(tmp_path):
+def test_merge_of_stores_with_different_keys_exits_2_and_creates_nothing(tmp_path, cli_here):
     a, b, out = tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "out.zarr"
     _make_store(a, 1, dim=3)
     _make_store(b, 1, dim=5)
-    proc = run_cli("robot-rl-data", "merge", str(out), str(a), str(b))
+    proc = cli_here("robot-rl-data", "merge", str(out), str(a), str(b))
     assert_one_line_error(proc, "key 'obs/proprio'", str(b))
     assert not out.exists()
 

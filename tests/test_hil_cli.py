@@ -79,15 +79,15 @@ def test_teleop_without_a_policy_records_scripted_teleop_demos(tmp_path):
     assert not (tmp_path / "run/frames").exists()
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["device=joystick"], ["device='joystick'", "keyboard, spacemouse, gamepad, scripted"]),
-    (["device=gamepad", "gamepad.backend=evdev"], ["device=gamepad:", "device=keyboard", "device=scripted"]),
-    (["device=scripted", "env.num_envs=2"], ["env.num_envs=2", "env.num_envs=1"]),
-    (["device=scripted", "hil.max_fraction=2"], ["hil.max_fraction=2"]),
+@pytest.mark.parametrize("args, needles, own_process", [
+    (["device=joystick"], ["device='joystick'", "keyboard, spacemouse, gamepad, scripted"], True),
+    (["device=gamepad", "gamepad.backend=evdev"], ["device=gamepad:", "device=keyboard", "device=scripted"], False),
+    (["device=scripted", "env.num_envs=2"], ["env.num_envs=2", "env.num_envs=1"], False),
+    (["device=scripted", "hil.max_fraction=2"], ["hil.max_fraction=2"], False),
 ])
-def test_teleop_bad_input_is_one_clear_line(tmp_path, args, needles):
-    proc = run_cli("robot-rl-teleop", *args, f"out={tmp_path / 's.zarr'}", "viewer=false",
-                   f"hydra.run.dir={tmp_path / 'run'}")
+def test_teleop_bad_input_is_one_clear_line(tmp_path, cli_here, args, needles, own_process):
+    proc = (run_cli if own_process else cli_here)("robot-rl-teleop", *args, f"out={tmp_path / 's.zarr'}",
+                                                  "viewer=false", f"hydra.run.dir={tmp_path / 'run'}")
     assert_one_line_error(proc, *needles)
     assert not (tmp_path / "s.zarr").exists()  # nothing was opened for writing
 

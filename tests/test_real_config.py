@@ -114,10 +114,10 @@ def test_limits_file_replaces_the_profile_limits(tmp_path):
         deploy_cfg(f"deploy.limits_file={tmp_path / 'nope.yaml'}")
 
 
-def test_deploy_refuses_a_config_missing_joint_limits_before_loading_the_policy(tmp_path):
+def test_deploy_refuses_a_config_missing_joint_limits_before_loading_the_policy(tmp_path, cli_here):
     f = tmp_path / "limits.yaml"
     f.write_text("joint1: {lower: -1, upper: 1, velocity: 1, max_step: 0.1}\n")
-    proc = run_cli("robot-rl-deploy", f"deploy.limits_file={f}", f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
+    proc = cli_here("robot-rl-deploy", f"deploy.limits_file={f}", f"hydra.run.dir={tmp_path / 'run'}")
     assert_one_line_error(proc, "no limits for joint(s)", "joint2", "finger_right")
 
 
@@ -136,7 +136,7 @@ def wrong_task_policy(env):
     return p
 
 
-def test_deploy_refuses_a_policy_that_does_not_fit_the_task(tmp_path):
+def test_deploy_refuses_a_policy_that_does_not_fit_the_task(tmp_path, cli_here):
     import os
     import subprocess
 
@@ -147,6 +147,6 @@ def test_deploy_refuses_a_policy_that_does_not_fit_the_task(tmp_path):
                            "deploy.inference.worker=thread", f"hydra.run.dir={tmp_path / 'run'}"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert_one_line_error(proc, "policy does not fit the env", "task: policy 'push', env 'lift'")
-    proc = run_cli("robot-rl-deploy", f"policy={tmp_path / 'no_such_checkpoint'}", "deploy.inference.worker=thread",
-                   f"hydra.run.dir={tmp_path / 'run2'}", timeout=120)
+    proc = cli_here("robot-rl-deploy", f"policy={tmp_path / 'no_such_checkpoint'}", "deploy.inference.worker=thread",
+                    f"hydra.run.dir={tmp_path / 'run2'}")
     assert_one_line_error(proc, "neither 'expert', an existing checkpoint directory, nor 'module:function'")

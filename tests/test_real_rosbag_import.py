@@ -98,7 +98,7 @@ def test_import_rosbag_turns_joint_states_and_trajectory_commands_into_the_episo
     assert np.median(err) < 0.05 and np.mean(err) < 0.15, err.mean(0)
 
 
-def test_import_rosbag_refuses_missing_bags_and_bags_without_commands(tmp_path):
+def test_import_rosbag_refuses_missing_bags_and_bags_without_commands(tmp_path, cli_here):
     proc = run_cli("robot-rl-import-rosbag", str(tmp_path / "nope"), str(tmp_path / "out.zarr"), timeout=120)
     assert_one_line_error(proc, "does not exist")
     w = Writer(tmp_path / "states_only", version=8, storage_plugin=StoragePlugin.MCAP)
@@ -106,6 +106,6 @@ def test_import_rosbag_refuses_missing_bags_and_bags_without_commands(tmp_path):
     c = w.add_connection("/joint_states", "sensor_msgs/msg/JointState", typestore=get_typestore(Stores.ROS2_HUMBLE))
     w.write(c, 1, M.JointState(name=["joint1"], position=[0.0]).serialize())
     w.close()
-    proc = run_cli("robot-rl-import-rosbag", str(tmp_path / "states_only"), str(tmp_path / "out.zarr"), timeout=120)
+    proc = cli_here("robot-rl-import-rosbag", str(tmp_path / "states_only"), str(tmp_path / "out.zarr"))
     assert_one_line_error(proc, "no commands on /forward_position_controller/commands")
     assert not (tmp_path / "out.zarr").exists()

@@ -91,10 +91,10 @@ def test_train_reward_without_failures_says_how_to_collect_them(stores, tmp_path
     assert_one_line_error(proc, "failed episode", "robot-rl-collect task=lift policy=", "rollouts=")
 
 
-def test_train_reward_refuses_a_store_of_another_task(stores, tmp_path):
+def test_train_reward_refuses_a_store_of_another_task(stores, tmp_path, cli_here):
     demos, rollouts = stores
-    proc = run_cli("robot-rl-train-reward", "task=push", f"data={demos}", f"rollouts={rollouts}", *TINY,
-                   f"hydra.run.dir={tmp_path}")
+    proc = cli_here("robot-rl-train-reward", "task=push", f"data={demos}", f"rollouts={rollouts}", *TINY,
+                    f"hydra.run.dir={tmp_path}")
     assert_one_line_error(proc, "holds task(s) ['lift']", "task 'push'")
 
 

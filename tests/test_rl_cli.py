@@ -50,7 +50,7 @@ def _train(*args: str, run, timeout: float = 300):
                    timeout=timeout)
 
 
-def test_residual_run_gives_a_policy_robot_rl_eval_loads_and_resumes(lift_base, tmp_path):
+def test_residual_run_gives_a_policy_robot_rl_eval_loads_and_resumes(lift_base, tmp_path, cli_here):
     run = tmp_path / "residual"
     proc = _train(f"base={lift_base}", "rl.env_steps=80", run=run)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -81,7 +81,8 @@ def test_residual_run_gives_a_policy_robot_rl_eval_loads_and_resumes(lift_base, 
     assert metrics["resumed_from"] == 80 and metrics["env_steps"] == 120
     assert [s for s, _ in metrics["history"]["eval/success_rate"]] == [40, 80, 120]
 
-    changed = _train(f"base={lift_base}", "rl.env_steps=160", "rl.learner.gamma=0.9", run=run)
+    changed = cli_here("robot-rl-train-residual", "task=lift", *TINY_ENV, *TINY_RL, f"base={lift_base}",
+                       "rl.env_steps=160", "rl.learner.gamma=0.9", f"hydra.run.dir={run}")
     assert_one_line_error(changed, "learner.gamma (0.99 -> 0.9)")
 
 
