@@ -36,8 +36,9 @@ def _tail(text: str, lines: int = 8) -> str:
 
 def env_overrides(env_cfg) -> list[str]:
     """Command-line overrides that give another command the same robot conditions as `env_cfg` (an EnvConfig):
-    its randomization keys that differ from the defaults, and its action history. For the dry run's driver (the
-    simulated robot: dynamics, action latency, observation noise) and node (the policy's observation)."""
+    its randomization keys that differ from the defaults, its action history and its task_config (episode length,
+    task parameters). For the dry run's driver (the simulated robot: dynamics, action latency, observation noise,
+    episode length) and node (the policy's observation)."""
     import dataclasses
 
     from sim.config import EnvConfig, RandomizationConfig
@@ -53,6 +54,7 @@ def env_overrides(env_cfg) -> list[str]:
             out.append(f"env.randomization.{f.name}={value(v)}")
     if env_cfg.action_history != EnvConfig.action_history:
         out.append(f"env.action_history={env_cfg.action_history}")
+    out += [f"++env.task_config.{k}={value(v)}" for k, v in env_cfg.task_config.items()]  # ++: add or override
     return out
 
 

@@ -576,7 +576,7 @@ def test_the_node_feeds_the_policy_the_actions_it_commanded_as_the_sim_env_does(
         np.testing.assert_allclose(prev, want, atol=1e-6)
 
 
-def test_the_sim_driver_takes_the_randomizations_latency_noise_and_the_policys_history_from_env_overrides():
+def test_the_sim_driver_takes_the_randomizations_latency_noise_task_config_and_the_policys_history_from_env_overrides():
     # the dry run hands both commands env_overrides(env_cfg): the driver's robot then has the episode's drawn
     # action latency (the same draw as sim), the observation noise, and the node the policy's action history
     import sim
@@ -585,12 +585,13 @@ def test_the_sim_driver_takes_the_randomizations_latency_noise_and_the_policys_h
     from robot_rl.dry_run import env_overrides
     from tests.test_real_config import compose
 
-    want = sim.env_config({"task": "lift", "num_envs": 1, "action_history": 3,
+    want = sim.env_config({"task": "lift", "num_envs": 1, "action_history": 3, "task_config": {"episode_steps": 48},
                            "randomization": {"action_latency": [1, 2], "obs_noise_std": 0.004, "friction": [0.8, 1.2]}})
     args = env_overrides(want)
     for command in ("sim_driver", "deploy"):
         got = sim.env_config(compose(*args, config=command).env)
         assert got.randomization == want.randomization and got.action_history == 3, command
+        assert got.task_config == {"episode_steps": 48}, command  # the episode length the policy trained with
     env = lift_env(randomization={"action_latency": [2, 2]})
     _, cfg = deploy_cfg(f"deploy.domain_id={random.randint(1, 99)}")
     transport = DdsTransport(cfg.domain_id, loopback=True)
