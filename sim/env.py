@@ -119,9 +119,8 @@ class BatchedEnv:
         if self.cfg.action_history:  # the finished episodes' last observation keeps its history, the next starts anew
             self._actions.push(action)
             self._actions.add_to(info["final_obs"])
-            if done.any():
-                self._actions.reset(np.nonzero(done)[0])
-                self._actions.add_to(obs)
+            self._actions.reset(np.nonzero(done)[0])
+            self._actions.add_to(obs)  # obs and final_obs are separate dicts on MJX (one on MuJoCo C)
         return obs, reward, done, info
 
     def check_action(self, action) -> np.ndarray:

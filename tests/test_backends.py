@@ -257,10 +257,19 @@ def test_a_seed_list_starts_each_env_as_a_one_env_reset_with_its_seed(cpu_env):
             cpu_env.reset(bad)
 
 
-def test_action_history_holds_the_commanded_actions_and_starts_each_episode_neutral():
+@pytest.mark.parametrize("final_obs", ["same dict", "own dict"])
+def test_action_history_holds_the_commanded_actions_and_starts_each_episode_neutral(final_obs):
     from sim.config import ConfigError
 
     env = sim.make("lift", num_envs=2, threads=1, action_history=2, task_config={"episode_steps": 3})
+    if final_obs == "own dict":  # as the MJX backend returns it (MuJoCo C hands back obs itself)
+        backend_step = env._step
+
+        def _step(action):
+            obs, reward, done, info = backend_step(action)
+            return obs, reward, done, {**info, "final_obs": dict(info["final_obs"])}
+
+        env._step = _step
     try:
         a_dim, neutral = env.action_dim, env.action_space.neutral
         assert env.obs_dims["prev_actions"] == 2 * a_dim
