@@ -137,12 +137,13 @@ class RobotRLVectorEnv(_Rendering, gymnasium.vector.VectorEnv):
             if done.any():
                 info.update(self._final(raw, done))
             return obs, reward, terminated, truncated, info
-        obs, reward = {k: v.copy() for k, v in obs.items()}, reward.copy()
         ended = done & ~self._autoreset
-        for i in np.nonzero(ended)[0]:  # the episode's last obs; the batched env already holds the next one
-            for k in obs:
-                obs[k][i] = raw["final_obs"][k][i]
         restart = np.nonzero(self._autoreset)[0]
+        if ended.any() or len(restart):  # edited below: copies, not the batched env's arrays
+            obs, reward = {k: v.copy() for k, v in obs.items()}, reward.copy()
+        if ended.any():  # the episode's last obs; the batched env already holds the next one
+            for k in obs:
+                obs[k][ended] = raw["final_obs"][k][ended]
         if len(restart):
             # These envs ended last step: the step they just took belongs to no episode, so they go back to the
             # first state of the episode auto-reset gave them. (An episode that ends on its first step, e.g.

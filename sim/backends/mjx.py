@@ -109,6 +109,8 @@ class MjxEnv:
         self.compiler_options = compiler_options(self.device)
         self.reset = jax.jit(jax.vmap(self.reset_one, in_axes=(0, 0)), compiler_options=self.compiler_options)
         self.step = jax.jit(jax.vmap(self.step_one), compiler_options=self.compiler_options)
+        # per env, the first state where mask [N] says so, else the second (BatchedEnv.restart)
+        self.select = jax.jit(jax.vmap(_select), compiler_options=self.compiler_options)
 
     # ---- single env ---------------------------------------------------------------------------------
     def _phys(self, data) -> Phys:
@@ -262,7 +264,7 @@ class MjxBatchedEnv(BatchedEnv):
         fresh = self.mjx.reset(self.state.info["key"], self.state.info["episode"])
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[idx] = True
-        keep = _select_envs(jnp.asarray(mask), fresh, self.state)
+        keep = self.mjx.select(jnp.asarray(mask), fresh, self.state)
         self.state = keep.replace(metrics=self.state.metrics)
         obs = {k: v[idx] for k, v in _to_numpy(self.state.obs).items()}
         if self.cameras and len(idx):
@@ -316,12 +318,6 @@ class MjxBatchedEnv(BatchedEnv):
     @property
     def params(self) -> dict:
         return _to_numpy(self.state.info["params"])
-
-
-def _select_envs(mask, on_true, on_false):
-    """Per env (leading axis), `on_true` where mask [N] else `on_false`; leaves of any rank."""
-    return jax.tree_util.tree_map(
-        lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (jnp.ndim(a) - 1)), a, b), on_true, on_false)
 
 
 def _to_numpy(tree):
