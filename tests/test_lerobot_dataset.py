@@ -240,3 +240,16 @@ def test_lerobot_reads_our_export(cam_store, exported):
         assert np.abs(frame - src.read("obs/images/wrist")[i]).mean() < 8
         e = int(np.searchsorted(src.episode_ends, i, side="right"))
         assert item["task"] == src.episode(e).instruction and int(item["episode_index"]) == e
+
+
+def test_image_stats_of_long_large_episodes_come_from_a_sample_and_count_every_frame():
+    from robot_rl.data.lerobot_dataset import IMAGE_STATS_FRAMES, _image_stats
+
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, size=(IMAGE_STATS_FRAMES * 3, 320, 320, 3), dtype=np.uint8)
+    frames[..., 0] //= 2  # channels with different means
+    s = _image_stats(frames)
+    assert s["count"].tolist() == [len(frames)] and s["mean"].shape == (3, 1, 1)
+    full = frames.reshape(-1, 3).mean(0) / 255.0
+    np.testing.assert_allclose(s["mean"].ravel(), full, atol=0.01)
+    assert s["min"].ravel().tolist() == [0.0, 0.0, 0.0] and s["max"].ravel()[1] == 1.0

@@ -33,6 +33,7 @@ and rename it at the end: OUT appears whole or not at all.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -68,6 +69,7 @@ FRAME_FEATURES = {
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)  # LeRobot's DEFAULT_QUANTILES: stats q01 ... q99
+IMAGE_STATS_FRAMES, IMAGE_STATS_SIDE = 100, 150  # image stats from a sample of frames and pixels (_image_stats)
 ATTRS = "robot_rl/"  # meta/episodes columns holding our per-episode attributes
 V21_FIX = ("convert it to v3.0 with LeRobot first: python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 "
            "--repo-id=<id> --root=<dir> --push-to-hub=false")
@@ -505,7 +507,7 @@ class _VideoWriter:
 
 def _stats(x: np.ndarray) -> dict[str, np.ndarray]:
     """LeRobot's per-feature stats of x [T, D]: min, max, mean, std, count, quantiles, each [D] (count [1])."""
-    x = x.astype(np.float64)
+    x = np.asarray(x, dtype=np.float64)
     out = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0), "count": np.array([len(x)])}
     for q, v in zip(QUANTILES, np.quantile(x, QUANTILES, axis=0)):
         out[f"q{round(q * 100):02d}"] = v
@@ -513,8 +515,14 @@ def _stats(x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-channel stats of frames uint8 [T, H, W, 3] in [0, 1], shaped [3, 1, 1] as LeRobot's (count: frames)."""
-    s = _stats(frames.reshape(-1, 3) / 255.0)
+    """Per-channel stats of frames uint8 [T, H, W, 3] in [0, 1], shaped [3, 1, 1] as LeRobot's (count: frames).
+
+    Like LeRobot's compute_episode_stats, from a sample: at most IMAGE_STATS_FRAMES evenly spaced frames, every
+    pixel up to IMAGE_STATS_SIDE pixels a side and a stride beyond (a 300-frame 480x640 episode would otherwise
+    take ~2 GB of float64 per camera)."""
+    step = max(1, -(-max(frames.shape[1:3]) // IMAGE_STATS_SIDE))
+    sample = frames[np.unique(np.linspace(0, len(frames) - 1, IMAGE_STATS_FRAMES).round().astype(int)), ::step, ::step]
+    s = _stats(sample.reshape(-1, 3) / 255.0)
     return {k: (np.array([len(frames)]) if k == "count" else v.reshape(3, 1, 1)) for k, v in s.items()}
 
 
@@ -676,21 +684,24 @@ def import_lerobot(src: "str | Path | LeRobotDir", out: str | Path, keys: Datase
     task = task or ds.root.resolve().name
     videos = {c.feature: _VideoReader(ds, c.feature) for c in cols if c.kind == "video"}
     steps_total = 0
-    with building(out) as store:
+    with building(out) as store, contextlib.ExitStack() as readers:
+        for reader in videos.values():
+            readers.callback(reader.close)
         for path, eps in ds.data_files():
             if not path.is_file():
                 raise LeRobotError(f"{ds.root}: data file {path} of episodes {eps[0]['episode_index']}.. is missing")
             columns = [c.feature for c in cols if c.kind != "video"] + ["episode_index", "frame_index", "timestamp"]
-            lacking = [c for c in columns if c not in ds.schema(path).names]
+            names = ds.schema(path).names
+            lacking = [c for c in columns if c not in names]
             if lacking:
                 raise LeRobotError(f"{ds.root}: data file {path} lacks column(s) {lacking} that info.json lists")
-            table = ds._read(path, columns + (["task_index"] if "task_index" in ds.schema(path).names else []))
+            table = ds._read(path, columns + (["task_index"] if "task_index" in names else []))
             ep_col = table["episode_index"].to_numpy()
-            batch = []
-            for row in eps:
-                e = int(row["episode_index"])
-                rows = np.flatnonzero(ep_col == e)
-                rows = rows[np.argsort(table["frame_index"].to_numpy()[rows], kind="stable")]
+            order = np.lexsort((table["frame_index"].to_numpy(), ep_col))  # by episode, then frame
+            sorted_eps, wanted = ep_col[order], [int(r["episode_index"]) for r in eps]
+            starts, ends = np.searchsorted(sorted_eps, wanted, "left"), np.searchsorted(sorted_eps, wanted, "right")
+            for row, e, a, b in zip(eps, wanted, starts, ends):
+                rows = order[a:b]
                 where = f"{ds.root}: episode {e}"
                 if len(rows) != row["length"] or not len(rows):
                     raise LeRobotError(f"{where} has {len(rows)} frames in {path.name}, its metadata says {row['length']}")
@@ -706,11 +717,11 @@ def import_lerobot(src: "str | Path | LeRobotDir", out: str | Path, keys: Datase
                             steps[k] = a
                 if INTERVENTION not in steps:
                     steps[INTERVENTION] = np.zeros(len(rows), dtype=bool)
-                batch.append(_episode(steps, row, ds, part, task, source, success, e))
+                # one episode at a time: a data file can hold hours of frames, decoded images included
+                store.append([_episode(steps, row, ds, part, task, source, success, e)])
                 steps_total += len(rows)
-            store.append(batch)
-            if progress is not None:
-                progress(len(batch))
+                if progress is not None:
+                    progress(1)
     return {"path": str(out), "episodes": len(ds.episodes), "steps": steps_total, "fps": ds.fps,
             "keys": {c.feature: c.keys for c in cols}, "left_out": left_out}
 
@@ -811,13 +822,17 @@ class _VideoReader:
                                f"{self.key} is {shape[0]}x{shape[1]}")
         return np.stack(out)
 
+    def close(self) -> None:
+        if self.container is not None:
+            self.container.close()
+            self.container = None
+
     def _open(self, path: Path, where: str) -> None:
         import av
 
         if not path.is_file():
             raise LeRobotError(f"{where}: video file {path} is missing")
-        if self.container is not None:
-            self.container.close()
+        self.close()
         try:
             self.container = av.open(str(path))
         except av.FFmpegError as e:
