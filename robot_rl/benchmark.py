@@ -80,8 +80,9 @@ class TaskPlan:
                 out.append(f"{where}.{k}={getattr(self, k)!r} must be a whole number >= {lo}")
         for k in ("demo_noise", "time_budget_s", "baseline_time_budget_s"):
             v = getattr(self, k)
-            if not (v is None and k == "baseline_time_budget_s") and not (
-                    isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
+            if v is None and k == "baseline_time_budget_s":
+                continue  # the residual's time_budget_s
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 out.append(f"{where}.{k}={v!r} must be a number >= 0")
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown or len(set(self.baselines)) != len(self.baselines):
@@ -226,8 +227,10 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
     evals = [f"rl.eval_every={plan.eval_every}", f"rl.eval_episodes={plan.eval_episodes}",
              f"rl.final_eval_episodes={plan.final_eval_episodes}", f"rl.eval_seed={cfg.eval_seed}",
              f"env.num_envs={plan.num_envs}"]
-    budget = [f"rl.env_steps={plan.env_steps}", f"rl.time_budget_s={plan.time_budget_s:g}", *evals]
-    baseline_budget = [f"rl.env_steps={plan.env_steps}", f"rl.time_budget_s={base_time:g}", *evals]
+
+    def budget(time_s: float) -> list[str]:
+        return [f"rl.env_steps={plan.env_steps}", f"rl.time_budget_s={time_s:g}", *evals]
+
     out = []
     for seed in seeds:
         d = {s: stage_dir(cfg.runs, task, seed, s) for s in STAGES}
@@ -243,8 +246,8 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
                 f"steps={plan.bc_steps}", f"seed={seed}", "final_eval=false", "videos=0", *rand, *cams, *plan.bc_args,
                 f"hydra.run.dir={d['bc']}"], d["bc"]))
             out.append(Stage(task, seed, "residual", [
-                "robot-rl-train-residual", f"task={task}", f"base={base}", f"demos={store}", *budget,
-                f"rl.seed={seed}", *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['residual']}"], d["residual"]))
+                "robot-rl-train-residual", f"task={task}", f"base={base}", f"demos={store}",
+                *budget(plan.time_budget_s), f"rl.seed={seed}", *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['residual']}"], d["residual"]))
         if seed in cfg.baseline_seeds:  # sac first: it cannot resume, so it gets the first free core
             if "sac" in plan.baselines:
                 out.append(Stage(task, seed, "sac", [
@@ -255,7 +258,7 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
                     f"out={d['sac']}"], d["sac"]))
             if "scratch" in plan.baselines:
                 out.append(Stage(task, seed, "scratch", [
-                    "robot-rl-train-residual", f"task={task}", "mode=scratch", f"demos={store}", *baseline_budget,
+                    "robot-rl-train-residual", f"task={task}", "mode=scratch", f"demos={store}", *budget(base_time),
                     f"rl.seed={seed}", *rand, *plan.rl_args, f"hydra.run.dir={d['scratch']}"], d["scratch"]))
     return out
 

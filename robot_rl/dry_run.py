@@ -39,19 +39,12 @@ def env_overrides(env_cfg) -> list[str]:
     its randomization keys that differ from the defaults, its action history and its task_config (episode length,
     task parameters). For the dry run's driver (the simulated robot: dynamics, action latency, observation noise,
     episode length) and node (the policy's observation)."""
-    import dataclasses
-
-    from sim.config import EnvConfig, RandomizationConfig
+    from sim.config import EnvConfig
 
     def value(v) -> str:
         return "[" + ",".join(value(x) for x in v) + "]" if isinstance(v, (list, tuple)) else repr(v)
 
-    out = []
-    for f in dataclasses.fields(RandomizationConfig):
-        v, default = getattr(env_cfg.randomization, f.name), getattr(RandomizationConfig(), f.name)
-        if (list(v) if isinstance(v, (list, tuple)) else v) != (
-                list(default) if isinstance(default, (list, tuple)) else default):
-            out.append(f"env.randomization.{f.name}={value(v)}")
+    out = [f"env.randomization.{k}={value(v)}" for k, v in env_cfg.randomization.overrides().items()]
     if env_cfg.action_history != EnvConfig.action_history:
         out.append(f"env.action_history={env_cfg.action_history}")
     out += [f"++env.task_config.{k}={value(v)}" for k, v in env_cfg.task_config.items()]  # ++: add or override

@@ -39,6 +39,12 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _img(alt: str, png: str | bytes) -> str:
+    """An <img> embedding a PNG (base64 text, or the file's bytes) in the page."""
+    data = png if isinstance(png, str) else base64.b64encode(png).decode()
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
 def _history(path: Path) -> dict:
     try:
         return json.loads(path.read_text()).get("history", {})
@@ -187,12 +193,12 @@ def write_report(run_dir: str | Path, stages: dict, title: str = "robot_rl quick
         table = [[label, r["success_rate"], r["success_ci95"], r["episodes"]] for label, r in rows]
         header = ["policy", "success rate", "95% CI", "episodes"]
         figure = success_figure(rows)
-        body += ["<h2>Success rates</h2>", f'<img alt="success rates" src="data:image/png;base64,{figure}">',
+        body += ["<h2>Success rates</h2>", _img("success rates", figure),
                  _table(table, header)]
         md += ["## Success rates", "", _md_table(table, header), ""]
     curves = curves_figure(run_dir)
     if curves:
-        body += ["<h2>Learning curves</h2>", f'<img alt="learning curves" src="data:image/png;base64,{curves}">']
+        body += ["<h2>Learning curves</h2>", _img("learning curves", curves)]
     for stage, heading, keys in TABLE_SECTIONS:
         if stage in stages:
             table = _scalars(stages[stage], keys)
@@ -206,7 +212,7 @@ def write_report(run_dir: str | Path, stages: dict, title: str = "robot_rl quick
         body.append(f"<h2>Final policy: {html.escape(label)}</h2>")
         strip = frames_figure(video)
         if strip:
-            body.append(f'<img alt="frames of the final policy" src="data:image/png;base64,{strip}">')
+            body.append(_img("frames of the final policy", strip))
         body.append(f'<p><video controls src="{html.escape(str(rel))}"></video><br>'
                     f'<span class="muted">{html.escape(str(rel))}</span></p>')
         md += [f"## Final policy: {label}", "", f"Video: `{rel}`", ""]
@@ -244,8 +250,7 @@ def write_page(run_dir: str | Path, stem: str, title: str, meta: dict,
         body.append(f"<h2>{html.escape(heading)}</h2>")
         md += [f"## {heading}", ""]
         if png is not None:
-            data = base64.b64encode(Path(png).read_bytes()).decode()
-            body.append(f'<img alt="{html.escape(heading)}" src="data:image/png;base64,{data}">')
+            body.append(_img(heading, Path(png).read_bytes()))
             md += [f"![{heading}]({Path(png).relative_to(run_dir)})", ""]
         body.append(_table(rows, header))
         md += [_md_table(rows, header), ""]

@@ -6,15 +6,13 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-import tomllib
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ENTRY_POINTS, ROOT, run_cli
 
-SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-HYDRA = {script: target.split(":")[0] for script, target in SCRIPTS.items()
-         if "@hydra_command(" in (ROOT / (target.split(":")[0].replace(".", "/") + ".py")).read_text()}
+HYDRA = {script: module for script, module in ENTRY_POINTS.items()
+         if "@hydra_command(" in (ROOT / (module.replace(".", "/") + ".py")).read_text()}
 
 
 def test_train_bc_help_is_its_own_page_with_examples_keys_and_groups():

@@ -123,7 +123,7 @@ def run(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     choice = HydraConfig.get().runtime.choices.get("randomization") if HydraConfig.initialized() else None
-    nominal = dataclasses.asdict(env_cfg.randomization) == dataclasses.asdict(type(env_cfg.randomization)())
+    nominal = not env_cfg.randomization.overrides()
     meta = {"task": env_cfg.task, "backend": env_cfg.backend, "num_envs": env_cfg.num_envs, "episodes": episodes,
             "seed": seed, "randomization": "nominal" if nominal else (choice or "custom"),
             "base_randomization": dataclasses.asdict(env_cfg.randomization), "expert_noise": cfg.expert_noise,
