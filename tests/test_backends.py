@@ -231,7 +231,7 @@ def test_restart_puts_envs_back_at_their_episode_start_and_leaves_the_others(bac
     acts = rng.uniform(-1, 1, (4, N_ENVS, env.action_dim)).astype(np.float32)
     start = env.reset(7)
     for a in acts[:3]:
-        moved, *_ = env.step(a)
+        env.step(a)
     fresh = env.restart([1, 3])
     for k in start:
         np.testing.assert_array_equal(fresh[k], start[k][[1, 3]])  # DR draws and observation noise included

@@ -15,7 +15,7 @@ import yaml
 
 from sim import kinematics as kin
 from sim import robot
-from sim.experts import make_expert
+from sim.experts import make_expert, run_episodes
 from sim.task import Phys
 from sim.tasks import TASKS
 from tests.conftest import ROOT, run_main
@@ -89,16 +89,8 @@ def test_ee_delta_ik_reaches_a_commanded_target(panda):
 
 
 def test_scripted_expert_lifts_the_cube(panda):
-    obs, expert = panda.reset(3), make_expert(panda)
-    first_done = np.zeros(panda.num_envs, dtype=bool)
-    success = np.zeros(panda.num_envs, dtype=bool)
-    for _ in range(panda.episode_steps):
-        obs, _, done, info = panda.step(expert.act(obs))
-        success |= done & ~first_done & info["success"]
-        first_done |= done
-        if first_done.all():
-            break
-    assert success.all(), success
+    result = run_episodes(panda, make_expert(panda), panda.num_envs, seed=3)
+    assert result["success_rate"] == 1.0, result["successes"]
 
 
 def test_deploy_limits_are_the_models_joint_ranges(panda):

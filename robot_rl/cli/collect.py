@@ -26,6 +26,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from robot_rl.common.cli import fail, hydra_command, number, progress_bar, whole
+from robot_rl.common.atomic import vacant
 from robot_rl.cli.common import env_config, make_env
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
@@ -93,7 +94,7 @@ def main(cfg: DictConfig) -> None:
     env_cfg = _check_config(cfg)
     run_dir = current_run_dir()
     out = Path(cfg.out) if cfg.out is not None else run_dir / "episodes.zarr"
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+    if not vacant(out):
         try:
             check_is_store(out)  # refuse a non-store path before any env is built
         except StoreError as e:

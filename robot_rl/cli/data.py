@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 from robot_rl.common.cli import ArgumentParser, fail, or_fail
+from robot_rl.common.atomic import vacant
 
 
 def _counts(d: dict) -> str:
@@ -75,7 +76,7 @@ def _merge(args) -> None:
             fail(f"{p} is both an input and the output; merge into a new path")
     inputs = [EpisodeStore.open(p, skip_damaged=args.skip_damaged) for p in args.inputs]
     # Every input opens and all keys agree before OUT is created or touched.
-    existing = out.is_file() or (out.is_dir() and any(out.iterdir()))
+    existing = not vacant(out)
     check_mergeable(inputs, EpisodeStore.open(out) if existing else None)
     with EpisodeStore.open(out, mode="a") as store:
         total = sum(len(s.good_episodes) for s in inputs)  # --skip-damaged leaves some out

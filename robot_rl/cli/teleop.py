@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from robot_rl.common.config import from_mapping
+from robot_rl.common.atomic import vacant
 from robot_rl.common.cli import fail, hydra_command, whole
 from robot_rl.cli.common import env_config, make_env, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
@@ -97,7 +98,7 @@ def main(cfg: DictConfig) -> None:
     set_torch_threads(int(cfg.torch_threads))
     run_dir = current_run_dir()
     out = Path(cfg.out)
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+    if not vacant(out):
         try:
             check_is_store(out)  # refuse a non-store path before any env or device is opened
         except StoreError as e:

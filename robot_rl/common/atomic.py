@@ -11,6 +11,12 @@ import uuid
 from pathlib import Path
 
 
+def vacant(path: Path) -> bool:
+    """Nothing at `path`, or an empty directory: where a new store, dataset or run directory may go."""
+    path = Path(path)
+    return not path.exists() or (path.is_dir() and not any(path.iterdir()))
+
+
 def atomic_put(path: Path, data, *, fsync: bool = False, exclusive: bool = False, mode: int = 0o666) -> None:
     """Write bytes-like `data` to `path` so readers see the old file or the new one, nothing between (a rename: a
     file or link someone else put at `path` is replaced, never written through). `mode` as for os.open."""

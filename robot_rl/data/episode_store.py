@@ -65,6 +65,7 @@ from zarr.core.array import AsyncArray
 from zarr.core.sync import sync as zarr_sync  # runs coroutines on zarr's own I/O loop
 
 from robot_rl.data.atomic_store import TMP_SUFFIXES, AtomicLocalStore
+from robot_rl.common.atomic import vacant
 # Episode, KeySpec and SOURCES are imported from here too (their home is episode.py).
 from robot_rl.data.episode import EPISODE_ATTRS, INTERVENTION, SOURCES, Episode, KeySpec, validate  # noqa: F401
 from robot_rl.data.errors import StoreError
@@ -121,7 +122,7 @@ class EpisodeStore:
             self._load()
             self._check_integrity()
             return self
-        lock = _create(path, fsync) if not path.exists() or _is_empty_dir(path) else None
+        lock = _create(path, fsync) if vacant(path) else None
         try:
             check_is_store(path)
             if not (path / LOCK_FILE).parent.is_dir():
@@ -473,7 +474,7 @@ def building(path: str | os.PathLike, fsync: bool = False) -> Iterator[EpisodeSt
     otherwise. The temp store holds its writer lock until the rename, so a killed builder's is swept by the next
     open of `path` (integrity.sweep_creating). StoreError if `path` exists and is not an empty directory."""
     path = Path(path)
-    if path.is_file() or (path.is_dir() and not _is_empty_dir(path)):
+    if not vacant(path):
         raise StoreError(f"{path} already exists; write into a new path (combine stores with `robot-rl-data merge`)")
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.creating"
     store = EpisodeStore.open(tmp, mode="a", fsync=fsync)
@@ -550,10 +551,6 @@ def _find_arrays(data_dir: Path) -> list[str]:
                 keys.append(Path(root).relative_to(data_dir).as_posix())
                 dirs[:] = []  # chunk directories
     return sorted(keys)
-
-
-def _is_empty_dir(path: Path) -> bool:
-    return path.is_dir() and not any(path.iterdir())
 
 
 def _create(path: Path, fsync: bool) -> WriterLock | None:

@@ -46,6 +46,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from robot_rl.common.atomic import vacant
 from robot_rl.data.episode_store import INTERVENTION, SOURCES, Episode, EpisodeStore, KeySpec, building
 from robot_rl.data.errors import StoreError
 from robot_rl.data.lerobot_keys import (
@@ -565,7 +566,7 @@ def _write_tasks(root: Path, tasks: dict[str, int], pa, pq) -> None:
 
 
 def _check_new(out: Path, what: str) -> None:
-    if out.is_file() or (out.is_dir() and any(out.iterdir())):
+    if not vacant(out):
         raise LeRobotError(f"{out} already exists and is not empty; write {what} into a new directory")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.common.cli import fail, progress_bar
+from robot_rl.common.atomic import vacant
 
 REWARDS = ("env", "success")
 INSTALL = "pip install 'robot_rl[bench]'"
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, TypeError, ImportError) as e:
         fail(str(e))
     out = Path(cfg.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if not vacant(out):
         fail(f"out={out} already exists and is not an empty directory; give a new out=PATH (runs are not resumed)")
     import sim
 
