@@ -120,6 +120,11 @@ class DeployConfig:
     workspace_low: tuple[float, float, float] = (0.2, -0.4, 0.0)  # m, end-effector bounds of commands
     workspace_high: tuple[float, float, float] = (0.8, 0.4, 0.5)
     interpolation: str = "hold"  # hold (the policy step's target, as sim) | linear (ramp over the step)
+    # m: the IK of an ee_delta action starts from the last command sent, held within this distance (end effector) of
+    # the measured pose (real/observation.py ik_anchor). Under k steps of command latency the arm then moves as sim's
+    # latency model has it (each action runs on from where the earlier ones lead, at full speed) and a blocked arm's
+    # command runs at most this far ahead. 0: from the measured pose (under latency the arm moves at 1/(k+1) speed)
+    ik_lead_m: float = 0.04
     teleop_timeout_s: float = 0.2  # a human is in control while teleop messages are younger than this
     task_target: list[float] | None = None  # task goal vector when episode events carry none
     instruction: str = ""  # the language instruction for policies that read one (VLA); launch: instruction:=...
@@ -235,6 +240,7 @@ def validate(cfg: DeployConfig) -> None:
         if not isinstance(getattr(cfg, name), bool):
             raise DeployConfigError(f"deploy.{name}={getattr(cfg, name)!r} must be true or false")
     _num("deploy.rate_hz", cfg.rate_hz, positive=True)
+    _num("deploy.ik_lead_m", cfg.ik_lead_m, nonneg=True)
     if not (isinstance(cfg.realtime_priority, int) and not isinstance(cfg.realtime_priority, bool)
             and 0 <= cfg.realtime_priority <= 99):
         raise DeployConfigError(f"deploy.realtime_priority={cfg.realtime_priority!r} must be a whole number in [0, 99] (0: off)")

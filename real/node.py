@@ -223,10 +223,10 @@ class ControlNode:
         if planner.tick_in_step == 0:
             if planner.pending:
                 planner.starve()
-            phys, obs = self._observation()
+            obs = self._observation()
             if self.needs_object and self.io.object_stamp_ns < self.io.state_stamp_ns:
                 self.counts["object_older_than_state_steps"] += 1  # perception behind the joints (diagnostics)
-            planner.policy_step(now, phys, obs, self.io.teleop_action if self.io.teleop_live(now) else None)
+            planner.policy_step(now, self._ik_phys(), obs, self.io.teleop_action if self.io.teleop_live(now) else None)
         self.io.send(planner.tick_command(), measure=True)
         planner.next_tick()
 
@@ -299,13 +299,20 @@ class ControlNode:
 
     # ---- planning glue ----------------------------------------------------------------------------
     def _observation(self):
-        """(Phys, the policy's observation dict [1, dim]) of the latest state."""
+        """The policy's observation dict [1, dim] of the latest state."""
         io = self.io
         phys = self.obs_model.phys(io.q, io.qd, io.object_pose)
         obs = self.obs_model.observe(phys, self.episode.target)
         for cam, img in io.images.items():
             obs[f"images/{cam}"] = img[None]
-        return phys, {k: obs[k] for k in self.obs_keys}
+        return {k: obs[k] for k in self.obs_keys}
+
+    def _ik_phys(self):
+        """Phys the IK of this step's ee_delta action starts from: the latest state, the arm anchored on the last
+        command sent (deploy.ik_lead_m, real/observation.py ik_anchor)."""
+        io = self.io
+        q = self.obs_model.ik_anchor(io.q, self.safety.last, self.cfg.ik_lead_m)
+        return self.obs_model.phys(q, io.qd, io.object_pose)
 
     def _prime(self, now: float) -> None:
         """Request the episode's first chunk from the state the robot holds (step 0 then starts with its action)."""
@@ -314,13 +321,12 @@ class ControlNode:
             return
         if self.episode.prime_sent or not self.planner.can_request():
             return
-        _, obs = self._observation()
+        obs = self._observation()
         self.planner.prime(obs, now)
         self.episode.prime_sent = True
 
     def _late_update(self, now: float) -> None:
-        io = self.io
-        if not self.planner.late_update(lambda: self.obs_model.phys(io.q, io.qd, io.object_pose)):
+        if not self.planner.late_update(self._ik_phys):
             return
         if self.planner.target_q is not None and not self.safety.stopped:
             self.io.send(self.planner.tick_command(), measure=False)  # limited over the time since the tick's

@@ -67,6 +67,27 @@ class ObservationModel:
         obs = self.task.observe(np, phys, np.asarray(target, dtype=np.float64)[None], self.params)
         return self.actions.add_to({k: v.astype(np.float32) for k, v in obs.items()})
 
+    def ik_anchor(self, measured: np.ndarray, command: np.ndarray | None, lead_m: float) -> np.ndarray:
+        """Joint positions [n] (wire order) the IK of the next ee_delta action starts from: the measured ones with the
+        arm moved toward the last command sent, as far as keeps the end effector within lead_m (m, along the
+        straight joint-space segment) of the measured one. The measured positions when there is no command yet or
+        lead_m is 0.
+
+        Why: sim's latency model (sim/actions.py delay) runs a delayed action from the state at its execution, so a
+        sequence of actions adds up. The node plans at decision time; anchored on the measured pose, a robot with k
+        steps of command latency would take k + 1 steps per step's motion. The last command sent is where the
+        actions already on their way lead; the bound stops the command from running away from an arm that is held
+        back (contact, a joint at its speed limit)."""
+        if command is None or lead_m <= 0:
+            return measured
+        arm = self.arm_in_cmd
+        gap = command[arm] - measured[arm]
+        lead = float(np.linalg.norm(self.ee_pos(command) - self.ee_pos(measured)))
+        frac = 1.0 if lead <= lead_m else lead_m / lead
+        q = measured.copy()
+        q[arm] = measured[arm] + frac * gap
+        return q
+
     def ee_pos(self, command: np.ndarray) -> np.ndarray:
         """End-effector (grip site) position [3] of a command vector [n] in wire order."""
         d = self._fk_data

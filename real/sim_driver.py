@@ -24,8 +24,9 @@ Optional injections: command latency (a command takes effect command_latency_s a
 state latency, and Gaussian noise on published positions, velocities and object positions. Under a randomization
 preset (env.randomization) the robot is the sim's in every respect it can be: its dynamics draws per episode, and
 the episode's drawn action latency (ticks of 1 / control_hz, the same draw as in sim for that episode) adds to
-command_latency_s; robot-rl-sim-driver takes the noise from obs_noise_std unless given (on joint states and the
-object position, where sim adds it to every observation entry).
+command_latency_s; robot-rl-sim-driver puts obs_noise_std on the published object position unless given (sim adds
+it to every observation entry; joint states stay exact unless noise.position_std says otherwise: a robot's encoders
+are precise, and noisy joint states would also shake the node's IK, which sim's noise never reaches).
 """
 
 from __future__ import annotations

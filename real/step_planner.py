@@ -5,7 +5,8 @@
         human action if teleop is live (queued chunks are void; the policy replans when the human lets go)
         else request a chunk from the worker if the blender wants one (never waits), take this step's blended
             base action and compose it with the residual (real/residual.py, on this freshest observation)
-        action -> joint targets by the sim's IK (ActionSpace.to_ctrl) from the current state
+        action -> joint targets by the sim's IK (ActionSpace.to_ctrl) from the current state, the arm anchored on
+            the last command sent (deploy.ik_lead_m; the node's _ik_phys)
         no action yet (the chunk is late): the step is pending; a chunk arriving during it is applied at once
         (late update), one arriving after it leaves the step held (starved)
     tick: the step's target (interpolation hold) or a ramp toward it from the step's start (linear)
@@ -164,7 +165,7 @@ class StepPlanner:
 
     def late_update(self, phys_now) -> bool:
         """The pending step's chunk arrived: compute its action now (IK from phys_now(), the state now, as sim's
-        IK starts from the current state). False when it still has none."""
+        IK starts from the current state, anchored as at the step's start). False when it still has none."""
         base = self.blender.action(self.step)
         if base is None:
             return False

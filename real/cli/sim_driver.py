@@ -18,6 +18,13 @@ from robot_rl.common.cli import fail, hydra_command, number, whole
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
+def driver_noise(cfg: DictConfig, env_cfg) -> dict[str, float]:
+    """noise.{position_std, velocity_std, object_std} of the driver's config, a null one as the randomization's
+    obs_noise_std."""
+    return {k: env_cfg.randomization.obs_noise_std if cfg.noise[k] is None else number(f"noise.{k}", cfg.noise[k])
+            for k in ("position_std", "velocity_std", "object_std")}
+
+
 @hydra_command("sim_driver")
 def main(cfg: DictConfig) -> None:
     from real.sim_driver import NodeTimeout, SimDriver
@@ -31,8 +38,7 @@ def main(cfg: DictConfig) -> None:
         fail(f"realtime_priority={cfg.realtime_priority!r} must be a whole number in [0, 99] (0: off)")
     for k in ("command_latency_s", "state_latency_s", "wait_for_node_s"):
         number(k, cfg[k])
-    noise = {k: env_cfg.randomization.obs_noise_std if cfg.noise[k] is None else number(f"noise.{k}", cfg.noise[k])
-             for k in ("position_std", "velocity_std", "object_std")}  # null: as the randomization's observations
+    noise = driver_noise(cfg, env_cfg)
     if dcfg.transport != "dds":
         fail(f"deploy.transport={dcfg.transport!r}: the sim driver speaks DDS only; use a deploy profile with transport: dds")
     env = model_env(env_cfg, dcfg)
