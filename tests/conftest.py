@@ -89,22 +89,28 @@ SCRIPTS = {name: ENTRY_POINTS[name] for name in (
 def run_main(script: str, args: list[str], capsys, monkeypatch) -> tuple[int | str | None, str, str]:
     """(exit code, stdout, stderr) of console script `script` run in-process with argv `args` (of one key given
     twice, the last wins)."""
+    import torch
+
     main = importlib.import_module(ENTRY_POINTS[script]).main
     monkeypatch.setattr(sys, "argv", [script, *args])
     capsys.readouterr()
     code = 0
+    threads = torch.get_num_threads()  # a command may set its own (set_torch_threads): later tests keep the session's
     try:
         main()
     except SystemExit as e:
         code = e.code
+    finally:
+        torch.set_num_threads(threads)
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
 @pytest.fixture
 def cli_here(capsys, monkeypatch):
-    """run_cli's twin in this process, for bad input refused before any work: a CompletedProcess with the exit code
-    and output the console script would give (a fresh interpreter per case costs ~2.5 s of imports). Output printed
+    """run_cli's twin in this process, for bad input refused before any work and for short runs whose process start
+    is not what the test is about: a CompletedProcess with the exit code and output the console script would give (a
+    fresh interpreter per case costs ~2.5 s of imports). Output printed
     at import time is not seen here: each command keeps at least one run_cli bad-input test for that."""
 
     def run(script: str, *args: str) -> subprocess.CompletedProcess:

@@ -655,14 +655,3 @@ def test_ik_anchor_leads_from_the_measured_pose_toward_the_last_command_at_most_
     finally:
         env.close()
 
-
-def test_under_two_steps_of_command_latency_the_expert_moves_at_sims_speed_and_lifts_the_cube(rig_factory):
-    # sim's latency model runs each delayed action from the state at its execution, so the hand moves at full speed
-    # a few ticks late; the node plans each action when it is decided and anchors its IK on the last command sent
-    # (deploy.ik_lead_m), so the robot with two control ticks of command latency lifts the cube in one episode as
-    # the expert does in sim. With the IK from the measured pose the hand moved at a third of its speed: 1 of 10
-    # dry-run episodes succeeded (docs/results/sim2real.md)
-    rig = rig_factory(env={"randomization": {"action_latency": [2, 2]}})
-    s = rig.wait_for(lambda s: s["counts"].get("episodes", 0) >= 1, timeout=60, what="an episode under latency")
-    assert rig.driver.episode_latency == pytest.approx(2 / rig.env_driver.cfg.control_hz)
-    assert s["counts"]["successes"] == 1 and s["stop_reason"] is None

@@ -69,12 +69,13 @@ def test_residual_run_gives_a_policy_robot_rl_eval_loads_and_resumes(lift_base, 
     assert metrics["policy_from"]["env_steps"] in (0, 40, 80) and metrics["best_eval"]["episodes"] in (2,)
     assert load_policy(run / "checkpoints" / "best").kind == "residual"
 
-    ev = run_cli("robot-rl-eval", f"policy={run / 'policy'}", "task=lift", "episodes=2", "videos=0",
-                 "env.num_envs=2", f"hydra.run.dir={tmp_path / 'eval'}")
+    ev = cli_here("robot-rl-eval", f"policy={run / 'policy'}", "task=lift", "episodes=2", "videos=0",
+                  "env.num_envs=2", f"hydra.run.dir={tmp_path / 'eval'}")
     assert ev.returncode == 0, ev.stdout + ev.stderr
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["episodes"] == 2
 
-    more = _train(f"base={lift_base}", "rl.env_steps=120", run=run)
+    more = cli_here("robot-rl-train-residual", "task=lift", *TINY_ENV, *TINY_RL, f"base={lift_base}",
+                    "rl.env_steps=120", f"hydra.run.dir={run}")  # in this process: a fresh one costs ~3 s
     assert more.returncode == 0, more.stdout + more.stderr
     assert "resuming" in more.stdout and "from env step 80" in more.stdout
     metrics = json.loads((run / "metrics.json").read_text())
@@ -86,14 +87,15 @@ def test_residual_run_gives_a_policy_robot_rl_eval_loads_and_resumes(lift_base, 
     assert_one_line_error(changed, "learner.gamma (0.99 -> 0.9)")
 
 
-def test_scratch_and_base_alone_runs_plot_with_the_residual_on_one_figure(lift_base, tmp_path):
+def test_scratch_and_base_alone_runs_plot_with_the_residual_on_one_figure(lift_base, tmp_path, cli_here):
     scratch = _train("mode=scratch", "rl.env_steps=40", run=tmp_path / "scratch")
     assert scratch.returncode == 0, scratch.stdout + scratch.stderr
     m = json.loads((tmp_path / "scratch" / "metrics.json").read_text())
     assert m["mode"] == "scratch" and m["base_eval"] is None
     assert "mode: scratch" in (tmp_path / "scratch" / "config.yaml").read_text()
 
-    alone = _train("mode=base", f"base={lift_base}", run=tmp_path / "base")
+    alone = cli_here("robot-rl-train-residual", "task=lift", *TINY_ENV, *TINY_RL, "mode=base", f"base={lift_base}",
+                     f"hydra.run.dir={tmp_path / 'base'}")
     assert alone.returncode == 0, alone.stdout + alone.stderr
     assert "base alone success" in alone.stdout
     m = json.loads((tmp_path / "base" / "metrics.json").read_text())
