@@ -133,13 +133,17 @@ class Expert:
         v[self.fresh] = 0.0
         return v
 
-    def reading_noise(self, name: str, static_reading: np.ndarray) -> np.ndarray:
-        """Per env: the std [N] of the readings of a quantity that stays put all episode (e.g. a fixture's
-        position) so far this episode: how much the observations jitter (0 on exact observations)."""
+    def reading_noise(self, name: str, static_reading: np.ndarray, still: np.ndarray | None = None) -> np.ndarray:
+        """Per env: the std [N] of this episode's readings [N, D] of a quantity that stays put (a fixture's position;
+        an object's while nothing touches it: `still` [N] says on which ticks, default every one): how much the
+        observations jitter (0 on exact observations, and before any still tick)."""
         r = np.asarray(static_reading, np.float64)
-        mean = self.smooth(name + "/mean", r, 0.0)
-        sq = self.smooth(name + "/sq", r * r, 0.0)
-        return np.sqrt(np.maximum(sq - mean * mean, 0.0).mean(axis=1))
+        stats = self.state(name + "/stats", (3, r.shape[1]))  # per env: count, sum, sum of squares
+        on = np.ones(len(r), bool) if still is None else np.asarray(still, bool)
+        stats[on] += np.stack([np.ones_like(r[on]), r[on], r[on] * r[on]], axis=1)
+        n = np.maximum(stats[:, 0], 1.0)
+        mean = stats[:, 1] / n
+        return np.sqrt(np.maximum(stats[:, 2] / n - mean * mean, 0.0).mean(axis=1))
 
     def ticks(self, name: str, condition: np.ndarray) -> np.ndarray:
         """Per env: for how many consecutive ticks (this one included) `condition` [N] has held this episode

@@ -67,9 +67,13 @@ class PegInsertExpert(Expert):
         zax = self.smooth("zax", o[:, 5:8], 0.3)
         zax = zax / np.maximum(np.linalg.norm(zax, axis=1, keepdims=True), 1e-6)
         hole = self.smooth("hole", o[:, 8:11], 0.0)  # fixed for the episode: the mean of every reading
-        # How far to trust single readings: the fixture's readings jitter by the observation noise. On exact
-        # observations (trust 1) the expert corrects on each reading, as fast as its own action noise needs.
-        trust = 1.0 / (1.0 + (self.reading_noise("hole", o[:, 8:11]) / self.trusted_noise) ** 2)
+        # How far to trust single readings: the fixture's readings jitter by the observation noise, and so do the
+        # peg's while the hand is far from it (a robot may know its fixture exactly and still see the peg through
+        # a noisy camera: the larger jitter counts). On exact observations (trust 1) the expert corrects on each
+        # reading, as fast as its own action noise needs.
+        untouched = np.linalg.norm(o[:, 14:17], axis=1) > 0.04  # the peg's reading 4 cm or more from the hand
+        noise = np.maximum(self.reading_noise("hole", o[:, 8:11]), self.reading_noise("peg", o[:, 0:3], untouched))
+        trust = 1.0 / (1.0 + (noise / self.trusted_noise) ** 2)
         self.cancel_noise = 1.0 - trust  # trusted readings correct its own action noise already
 
         # ---- held? (fingers closed on a peg-sized gap, the peg next to the hand) -------------------
