@@ -88,6 +88,7 @@ def test_config_naming_joints_the_model_lacks_is_refused_naming_them():
     ("deploy.instruction=5", "deploy.instruction=5 must be a string"),
     ("deploy.inference.realtime_priority=60", "must be below deploy.realtime_priority"),
     ("deploy.domain_id=300", "deploy.domain_id=300"),
+    ("deploy.ik_lead_m=-0.01", "deploy.ik_lead_m=-0.01 must be >= 0"),
 ])
 def test_bad_deploy_values_are_refused_by_name(override, needle):
     cfg = compose(override)
