@@ -86,11 +86,12 @@ class Rig:
         if on_chunk is not None:  # the test sees every chunk the node receives, in arrival order
             poll = self.worker.poll
 
-            def logged_poll():
-                out = poll()
+            def logged_poll():  # in the node's thread: the planner's step as the chunk arrives, and whether that
+                out = poll()  # step may still take it (its action pending, or no step planned yet: the episode's first)
                 for r in out:
                     if r[0] == "chunk":
-                        on_chunk(r)
+                        pl = self.node.planner
+                        on_chunk(r, pl.step, pl.pending or pl.step_obs is None)
                 return out
 
             self.worker.poll = logged_poll
@@ -412,8 +413,12 @@ def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig
     from robot_rl.data.episode_store import EpisodeStore
 
     base_dir, res_dir = saved_base_and_residual(tmp_path)
-    chunks = []
-    rig = rig_factory(policy=str(base_dir), record=True, residual=load_residual(str(res_dir)), on_chunk=chunks.append)
+    chunks = []  # (start step, chunk, first step it can serve)
+
+    def arrived(r, step, open_):  # a chunk arriving during step k serves k only while k waits for its action
+        chunks.append((r[2], r[3], step if open_ else step + 1))
+
+    rig = rig_factory(policy=str(base_dir), record=True, residual=load_residual(str(res_dir)), on_chunk=arrived)
     s = rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps with the residual in the loop")
     rig.close()  # commits the running episode (partial)
     assert s["counts"].get("starved_steps", 0) == 0 and s["mode"] == "running", s
@@ -421,10 +426,10 @@ def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig
     assert store.n_episodes == 1
     obs = {k: store.read(f"obs/{k}") for k in ("proprio", "object")}
     executed = store.read("action")
-    # blending "none": each step executes the newest arrived chunk that covers it
+    # blending "none": each step executes the newest chunk that covers it and had arrived when the step was planned
     base_actions = []
     for t in range(len(executed)):
-        cover = [c[t - start] for _, _, start, c, _ in chunks if start <= t < start + len(c)]
+        cover = [c[t - start] for start, c, serves in chunks if start <= t < start + len(c) and serves <= t]
         base_actions.append(cover[-1])
     policy = load_policy(res_dir)
     policy.base = ScheduledBase(policy.base.spec, base_actions)
