@@ -465,10 +465,7 @@ def test_observation_from_joint_states_matches_sim():
         obs = env.reset(7)
         _, cfg = deploy_cfg()
         om = ObservationModel(env, cfg.joints)
-        m = env.model
-        qa = [m.jnt_qposadr[m.joint(j).id] for j in cfg.joints]
-        da = [m.jnt_dofadr[m.joint(j).id] for j in cfg.joints]
-        o = env.task.obj_qpos
+        qa, da, o = om.qpos_adr, om.dof_adr, env.task.obj_qpos  # the joints' qpos / dof addresses, wire order
         phys = om.phys(env.qpos[0, qa], env.qvel[0, da], env.qpos[0, o : o + 7])
         ours = om.observe(phys, env.target[0])
         assert set(ours) == set(env.obs_dims)
@@ -489,10 +486,7 @@ def test_observation_from_joint_states_matches_sim_while_the_arm_moves():
         env.reset(3)
         _, cfg = deploy_cfg()
         om = ObservationModel(env, cfg.joints)
-        m = env.model
-        qa = [m.jnt_qposadr[m.joint(j).id] for j in cfg.joints]
-        da = [m.jnt_dofadr[m.joint(j).id] for j in cfg.joints]
-        o = env.task.obj_qpos
+        qa, da, o = om.qpos_adr, om.dof_adr, env.task.obj_qpos  # the joints' qpos / dof addresses, wire order
         for _ in range(6):  # moving fast: a full-scale step sideways and down
             obs, *_ = env.step(np.array([[1.0, -1.0, -1.0, 1.0]], np.float32))
             assert np.abs(env.qvel[0, da[:7]]).max() > 0.2
@@ -641,8 +635,7 @@ def test_ik_anchor_leads_from_the_measured_pose_toward_the_last_command_at_most_
         env.reset(5)
         _, cfg = deploy_cfg()
         om = ObservationModel(env, cfg.joints)
-        m = env.model
-        measured = env.qpos[0, [m.jnt_qposadr[m.joint(j).id] for j in cfg.joints]].copy()
+        measured = env.qpos[0, om.qpos_adr].copy()
         np.testing.assert_array_equal(om.ik_anchor(measured, None, 0.04), measured)  # no command sent yet
         arm = om.arm_in_cmd
         near, far = measured.copy(), measured.copy()
