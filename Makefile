@@ -36,9 +36,11 @@ quickstart: $(VENV)/.installed
 	$(VENV)/bin/robot-rl-quickstart
 
 # The layers contract (pyproject.toml [tool.importlinter]) first: a back-edge fails the run before any test.
+# The suite runs on TEST_WORKERS pytest-xdist workers, each test single-threaded (tests/conftest.py): one per core.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(PANDA_ASSETS)
 	$(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/python -m pytest -q --durations=20
+	$(VENV)/bin/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/sim_throughput.py --quick

@@ -26,6 +26,15 @@ DR = dict(
 N_ENVS = 4
 
 
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs the suite on 2 pytest-xdist workers (--dist loadgroup): each module's tests stay on one worker
+    (its module-scoped fixtures are built once), and the tests that compile MJX share one worker, so that worker's
+    session mjx_env and in-memory jit caches serve them all and the other worker never compiles the same step."""
+    for item in items:
+        mjx = item.get_closest_marker("mjx") is not None or "mjx_env" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("mjx" if mjx else item.module.__name__))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _jax_cache():
     import jax
