@@ -40,7 +40,7 @@ quickstart: $(VENV)/.installed
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(PANDA_ASSETS)
 	$(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup
+	$(VENV)/bin/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/sim_throughput.py --quick

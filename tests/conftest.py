@@ -26,13 +26,24 @@ DR = dict(
 N_ENVS = 4
 
 
-def pytest_collection_modifyitems(config, items):
-    """`make test` runs the suite on 2 pytest-xdist workers (--dist loadgroup): each module's tests stay on one worker
-    (its module-scoped fixtures are built once), and the tests that compile MJX share one worker, so that worker's
-    session mjx_env and in-memory jit caches serve them all and the other worker never compiles the same step."""
-    for item in items:
-        mjx = item.get_closest_marker("mjx") is not None or "mjx_env" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("mjx" if mjx else item.module.__name__))
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without xdist (-p no:xdist) it is not called
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs the suite on pytest-xdist workers with --dist loadfile: each file's tests on one worker (its
+    module fixtures built once), and here every file with a test that compiles MJX (`mjx` mark or the mjx_env
+    fixture) joins one unit, so one worker compiles each MJX step and its session mjx_env serves them all."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    mjx_files = {p.name for p in Path(__file__).parent.glob("test_*.py")
+                 if any(s in p.read_text() for s in ("mjx_env", "pytest.mark.mjx"))}
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "mjx" if Path(file).name in mjx_files else file
+
+    return Scheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
