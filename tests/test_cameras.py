@@ -180,7 +180,8 @@ def test_mjx_images_match_mujoco_c_through_auto_reset():
     """Same seed and actions: MJX (copied to MuJoCo C and rendered there) and MuJoCo C give the same frames,
     visual randomization included, before and after the auto-reset at the time limit (lift: 80 steps)."""
     kw = dict(num_envs=N_ENVS, randomization={**DR, **VISUAL_DR}, cameras=CAMS, image_size=[32, 32])
-    # The same physics settings as the session's mjx_env: the compiled step comes from the JAX cache.
+    # The same physics settings as the session's mjx_env: the compiled step comes from the JAX cache once that env has
+    # been compiled (by this worker or the other one; make test runs 2).
     mjx = sim.make("lift", backend="mjx", **kw)
     cpu = sim.make("lift", backend="mujoco", **kw)
     om, oc = mjx.reset(4), cpu.reset(4)
