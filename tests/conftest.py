@@ -29,14 +29,19 @@ N_ENVS = 4
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without xdist (-p no:xdist) it is not called
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs the suite on pytest-xdist workers with --dist loadfile: each file's tests on one worker (its
-    module fixtures built once), and here the files that use the session's mjx_env join one unit, so one worker
-    compiles that env's MJX step (~17 s cold) and serves them all."""
+    module fixtures built once), and here the files with a function taking the session's mjx_env join one unit, so
+    one worker compiles that env's MJX step and serves them all."""
     if config.getvalue("dist") != "loadfile":
         return None
+    import ast
+
     from xdist.scheduler import LoadFileScheduling
 
-    mjx_files = {p.name for p in Path(__file__).parent.glob("test_*.py")
-                 if "mjx_env" in p.read_text()}
+    def takes_mjx_env(path: Path) -> bool:
+        return any(isinstance(n, ast.FunctionDef) and any(a.arg == "mjx_env" for a in n.args.args)
+                   for n in ast.walk(ast.parse(path.read_text())))
+
+    mjx_files = {p.name for p in Path(__file__).parent.glob("test_*.py") if takes_mjx_env(p)}
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:

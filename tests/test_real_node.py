@@ -86,8 +86,10 @@ class Rig:
         if on_chunk is not None:  # the test sees every chunk the node receives, in arrival order
             poll = self.worker.poll
 
-            def logged_poll():  # in the node's thread: the planner's step as the chunk arrives, and whether that
-                out = poll()  # step may still take it (its action pending, or no step planned yet: the episode's first)
+            # In the node's thread: each chunk with the planner's step as it arrives, and whether that step may still
+            # take it (its action pending, or no step planned yet: the episode's first).
+            def logged_poll():
+                out = poll()
                 for r in out:
                     if r[0] == "chunk":
                         pl = self.node.planner
