@@ -31,7 +31,7 @@ from robot_rl.common.run_dir import write_metrics
 # Changing any of these between a checkpoint and its resume would silently train another model
 # (`steps` may grow: that extends the run).
 RESUME_KEYS = ("batch_size", "lr", "weight_decay", "warmup_steps", "seed", "data_weights", "source_weights",
-               "intervention_weight", "autonomous_weight")
+               "intervention_weight", "autonomous_weight", "failed_weight")
 
 
 @dataclasses.dataclass
@@ -62,6 +62,7 @@ class BCConfig:
     intervention_weight: float = 1.0  # windows anchored at a human step (the corrections themselves)
     autonomous_weight: float = 1.0  # policy-controlled steps of source=intervention episodes, as window anchors and
     # as action steps inside any window's chunk (0: learn only the fixes, never the policy's actions around them)
+    failed_weight: float = 1.0  # windows of episodes that did not succeed (0: learn only from successful episodes)
     init: str | None = None  # fine-tune from this checkpoint of the same kind (its architecture and normalization)
     data_mode: str = "memory"  # memory: load the stores' windows once | lazy: read each batch from zarr (stores
     # larger than RAM)
@@ -85,7 +86,7 @@ class BCConfig:
         for k in ("lr", "grad_clip"):
             if not (_num(getattr(self, k)) and getattr(self, k) > 0):
                 raise ValueError(f"{k}={getattr(self, k)!r} must be a number > 0")
-        for k in ("weight_decay", "intervention_weight", "autonomous_weight"):
+        for k in ("weight_decay", "intervention_weight", "autonomous_weight", "failed_weight"):
             if not (_num(getattr(self, k)) and getattr(self, k) >= 0):
                 raise ValueError(f"{k}={getattr(self, k)!r} must be a number >= 0")
         n, dw, sw = len(self.paths), self.data_weights, self.source_weights
@@ -110,7 +111,7 @@ class BCConfig:
     def mixing(self) -> bool:
         """Weighted sampling is needed (else one store, every window equally likely: the plain BC sampler)."""
         return (len(self.paths) > 1 or any(v != 1 for v in (self.source_weights or {}).values())
-                or self.intervention_weight != 1 or self.autonomous_weight != 1)
+                or self.intervention_weight != 1 or self.autonomous_weight != 1 or self.failed_weight != 1)
 
 
 def _num(x) -> bool:
@@ -122,8 +123,10 @@ def resume_config(cfg: "BCConfig", policy_cfg, task: str) -> dict:
     policy = {k: v for k, v in dataclasses.asdict(policy_cfg).items() if k not in ("device", "jit")}
     data = [str(Path(p).resolve()) for p in cfg.paths]
     out = {"data": data[0] if isinstance(cfg.data, str) else data, "task": task, "policy": policy}
-    # The mixing keys join only when used, so plain runs resume checkpoints written before they existed.
-    out.update({k: getattr(cfg, k) for k in (RESUME_KEYS if cfg.mixing else RESUME_KEYS[:5])})
+    # The mixing keys join only when used, so plain runs resume checkpoints written before they existed (and
+    # failed_weight only when set, for mixing runs written before it).
+    out.update({k: getattr(cfg, k) for k in (RESUME_KEYS if cfg.mixing else RESUME_KEYS[:5])
+                if k != "failed_weight" or cfg.failed_weight != 1})
     if cfg.init is not None:
         out["init"] = str(Path(cfg.init).resolve())
     return json.loads(json.dumps(out))
@@ -192,10 +195,13 @@ def window_weights(store, sampler, cfg: BCConfig, share: float | None = None) ->
         w[source == s] = float(sw.get(s, 1.0))
     human = store.read_rows("intervention", sampler.anchor_step)
     w *= np.where(human, cfg.intervention_weight, np.where(source == "intervention", cfg.autonomous_weight, 1.0))
+    success = np.asarray(store.episode_attr("success"), dtype=bool)[sampler.episode]
+    w *= np.where(success, 1.0, cfg.failed_weight)
     if share is not None:
         if w.sum() <= 0:
-            raise ValueError(f"every window of {store.path} has weight 0 (source_weights / intervention weights), "
-                             "so its data_weights share cannot be drawn; give it weight or drop it from data")
+            raise ValueError(f"every window of {store.path} has weight 0 (source_weights / intervention weights / "
+                             "failed_weight), so its data_weights share cannot be drawn; give it weight or drop it "
+                             "from data")
         w *= share / w.sum()
     return w
 
@@ -281,6 +287,11 @@ class BCWorkspace:
             total = sum(shares) if cfg.data_weights else None
             weights = [window_weights(s, sm, cfg, None if sh is None else sh / total)
                        for s, sm, sh in zip(stores, samplers, shares)]
+            if not sum(float(w.sum()) for w in weights) > 0:
+                raise ValueError(f"every training window has weight 0 under source_weights={cfg.source_weights}, "
+                                 f"intervention_weight={cfg.intervention_weight}, autonomous_weight="
+                                 f"{cfg.autonomous_weight} and failed_weight={cfg.failed_weight} (with failed_weight=0 "
+                                 "the stores need successful episodes: robot-rl-data info lists their success rate)")
             self.sampler = MixtureSampler(samplers, weights)
             # per store, per episode: a source=intervention episode (its policy-controlled steps are down-weighted)
             self.correction_episode = [np.array([str(x) == "intervention" for x in s.episode_attr("source")])
@@ -291,6 +302,9 @@ class BCWorkspace:
                 "windows": [len(sm) for sm in samplers],
                 "store_share": [float(mass[a:b].sum()) for a, b in zip(self.sampler.offsets[:-1], self.sampler.offsets[1:])],
                 "human_step_share": float(mass[human].sum()),  # expected share of sampled windows at human steps
+                "successful_share": float(mass[np.concatenate([  # ... of windows from successful episodes
+                    np.asarray(s.episode_attr("success"), dtype=bool)[sm.episode] for s, sm in zip(stores, samplers)])
+                ].sum()),
             }
         else:
             self.sampler = samplers[0]

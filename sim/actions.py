@@ -71,6 +71,13 @@ class ActionSpace:
         grip = 0.5 * (a[..., -1:] + 1.0) * self.robot.finger_max
         return xp.concatenate([q_target, grip, grip], axis=-1)
 
+    def joint_pos_action(self, xp, ctrl):
+        """The joint_pos action [..., 8] whose actuator targets are `ctrl` [..., nu] (to_ctrl's output in any action
+        space): e.g. a scripted expert's ee_delta command, after the IK step, as the absolute joint targets it set."""
+        arm = 2.0 * (ctrl[..., :robot.N_ARM] - self._lower) / (self._upper - self._lower) - 1.0
+        grip = 2.0 * ctrl[..., robot.N_ARM:robot.N_ARM + 1] / self.robot.finger_max - 1.0
+        return xp.clip(xp.concatenate([arm, grip], axis=-1), -1.0, 1.0)
+
 
 def delay(xp, buffer, action, latency):
     """Push `action` into the latency buffer [..., L+1, A] (newest first); return (buffer, executed action)."""

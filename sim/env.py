@@ -113,6 +113,10 @@ class BatchedEnv:
     def _restart(self, idx: np.ndarray) -> dict:
         raise NotImplementedError
 
+    def phys(self):
+        """The envs' current physics state (sim.task.Phys of host arrays [N, ...]), as the next step starts from."""
+        raise NotImplementedError
+
     def step(self, action):
         action = self.check_action(action)
         obs, reward, done, info = self._step(action)

@@ -54,6 +54,10 @@ def test_mjx_and_mujoco_c_give_the_same_trajectory(cpu_env, mjx_env):
         for k in x:
             np.testing.assert_allclose(x[k], y[k], atol=tol, err_msg=f"obs[{k!r}] at step {t}")
     np.testing.assert_allclose(cpu_env.params["mass"], mjx_env.params["mass"], rtol=1e-6)
+    # phys(): the state the next step starts from, on both (a joint_pos expert's IK step reads it)
+    cpu, mjx = cpu_env.phys(), mjx_env.phys()
+    assert cpu.qpos.shape == mjx.qpos.shape and isinstance(mjx.qpos, np.ndarray)
+    np.testing.assert_allclose(cpu.qpos[:, :7], mjx.qpos[:, :7], atol=1e-3)
 
 
 def test_done_env_auto_resets_and_reports_its_final_observation():

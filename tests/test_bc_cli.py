@@ -106,6 +106,42 @@ def test_train_bc_refuses_a_damaged_store_in_one_line_and_skip_damaged_trains_on
     assert "keys" not in json.loads((path / "meta/stats/zarr.json").read_text())["attributes"]
 
 
+def test_failed_weight_0_trains_only_on_the_successful_episodes(tmp_path, cli_here):
+    """BC from the successful demonstrations only (the expert's failures left out): windows of failed episodes get
+    failed_weight; a store with no successful episode is refused in one line naming the key."""
+    from robot_rl.data.collect import collect
+    from robot_rl.data.sampler import SequenceSampler
+    from robot_rl.train_bc import BCConfig, window_weights
+    from sim.experts import make_expert
+
+    mixed, failed = tmp_path / "mixed.zarr", tmp_path / "failed.zarr"
+    env = sim.make("lift", num_envs=2)
+    with EpisodeStore.open(mixed, mode="a") as store:
+        collect(env, make_expert(env, noise=0.1, seed=0), store, episodes=2, seed=0, source="expert")
+        collect(env, make_expert(env, noise=3.0, seed=0), store, episodes=2, seed=1, source="expert")
+    with EpisodeStore.open(failed, mode="a") as store:
+        collect(env, make_expert(env, noise=3.0, seed=0), store, episodes=2, seed=1, source="expert")
+    env.close()
+    store = EpisodeStore.open(mixed)
+    assert store.episode_attr("success").tolist() == [True, True, False, False]  # the expert, then random actions
+    sampler = SequenceSampler(store, action_horizon=8)
+    w = window_weights(store, sampler, BCConfig(data=str(mixed), failed_weight=0.0))
+    assert np.all(w[sampler.episode < 2] == 1.0) and np.all(w[sampler.episode >= 2] == 0.0)
+    assert BCConfig(data=str(mixed), failed_weight=0.5).mixing and not BCConfig(data=str(mixed)).mixing
+
+    proc = cli_here("robot-rl-train-bc", f"data={mixed}", "failed_weight=0", "steps=2", "final_eval=false", *TINY,
+                    f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mixture = json.loads((tmp_path / "run/metrics.json").read_text())["mixture"]
+    assert mixture["successful_share"] == pytest.approx(1.0) and mixture["windows"] == [len(sampler)]
+    proc = cli_here("robot-rl-train-bc", f"data={failed}", "failed_weight=0", "steps=2", *TINY,
+                    f"hydra.run.dir={tmp_path / 'none'}")
+    assert_one_line_error(proc, "every training window has weight 0", "failed_weight=0.0", "robot-rl-data info")
+    proc = cli_here("robot-rl-train-bc", f"data={mixed}", "failed_weight=-1", "steps=2", *TINY,
+                    f"hydra.run.dir={tmp_path / 'neg'}")
+    assert_one_line_error(proc, "failed_weight=-1", ">= 0")
+
+
 def test_eval_of_the_expert_reports_success_with_wilson_interval_seeds_and_video(tmp_path):
     proc = run_cli("robot-rl-eval", "policy=expert", "task=lift", "episodes=4", "env.num_envs=2", "videos=1",
                    "seed=7", f"hydra.run.dir={tmp_path}")

@@ -49,10 +49,23 @@ def test_expert_noise_perturbs_actions_and_is_seeded():
     assert (np.abs(a) <= 1).all()
 
 
-def test_expert_refuses_joint_position_envs():
-    env = sim.make("lift", num_envs=1, action_space="joint_pos")
-    with pytest.raises(ValueError, match="action_space=ee_delta"):
-        make_expert(env)
+@pytest.mark.parametrize("task", ["lift", "peg_insert"])
+def test_expert_in_a_joint_pos_env_gives_the_same_motion_as_absolute_joint_targets(task):
+    """The joint targets the env's IK step makes of the expert's ee_delta moves: the same trajectory (demonstrations
+    for joint-space policies); the expert cannot plan for a batch of another size (its IK step reads the env)."""
+    traces = {}
+    for space in ("ee_delta", "joint_pos"):
+        env = sim.make(task, num_envs=3, action_space=space)
+        expert, obs, trace = make_expert(env, noise=0.1, seed=0), env.reset(0), []
+        for _ in range(40):
+            a = expert.act(obs)
+            assert a.shape == (3, env.action_dim) and (np.abs(a) <= 1).all()
+            obs, *_ = env.step(a)
+            trace.append(obs["proprio"])
+        traces[space] = np.array(trace)
+    np.testing.assert_allclose(traces["joint_pos"], traces["ee_delta"], atol=1e-5)
+    with pytest.raises(ValueError, match="its env's own 3 observations"):
+        expert.act({k: v[:1] for k, v in obs.items()})
 
 
 def test_run_episodes_counts_exactly_the_requested_episodes():

@@ -151,3 +151,6 @@ def test_deploy_refuses_a_policy_that_does_not_fit_the_task(tmp_path, cli_here):
     proc = cli_here("robot-rl-deploy", f"policy={tmp_path / 'no_such_checkpoint'}", "deploy.inference.worker=thread",
                     f"hydra.run.dir={tmp_path / 'run2'}")
     assert_one_line_error(proc, "neither 'expert', an existing checkpoint directory, nor 'module:function'")
+    proc = cli_here("robot-rl-deploy", "policy=expert", "env.action_space=joint_pos", "deploy.inference.worker=thread",
+                    f"hydra.run.dir={tmp_path / 'run3'}")
+    assert_one_line_error(proc, "drives a robot in ee_delta only", "action_space='joint_pos'", "env.action_space=ee_delta")

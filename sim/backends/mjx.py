@@ -227,6 +227,12 @@ class MjxBatchedEnv(BatchedEnv):
             obs.update(self._images(s.data.qpos, s.data.mocap_pos, all_envs))
         return obs
 
+    def phys(self) -> Phys:
+        if self.state is None:
+            raise RuntimeError("call reset(seed) before phys()")
+        d = jax.device_get(self.state.data)
+        return Phys(np.asarray(d.qpos), np.asarray(d.qvel), np.asarray(d.sensordata), np.asarray(d.mocap_pos))
+
     def _step(self, action: np.ndarray):
         if self.state is None:
             raise RuntimeError("call reset(seed) before step()")

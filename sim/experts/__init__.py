@@ -1,7 +1,7 @@
 """Scripted experts: batched feedback controllers over observations, one per task.
 
 They read only the observation dict (so observation noise affects them as it would a policy) and emit
-ee_delta actions. `noise` is the std of Gaussian noise added to every action entry (then clipped): the
+ee_delta actions (in a joint_pos env: the joint targets the env's IK step makes of them). `noise` is the std of Gaussian noise added to every action entry (then clipped): the
 sub-optimality knob for collecting imperfect demonstrations. noise=0 is the reference expert.
 
 They work on a robot's terms (randomization=sim2real: millimetres of observation noise, 0-2 control ticks
@@ -15,8 +15,11 @@ cube is named.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from sim.actions import ActionSpace
 from sim.env import BatchedEnv
 from sim.robot import FINGER_MAX
 
@@ -34,11 +37,17 @@ class Expert:
     jump = 0.06  # m the observed hand moves between two ticks that says a new episode began (a tick: <= 2 cm)
 
     def __init__(self, env: BatchedEnv, noise: float = 0.0, seed: int = 0):
-        if env.cfg.action_space != "ee_delta":
+        if env.cfg.action_space not in ("ee_delta", "joint_pos"):
             raise ValueError(
-                f"scripted experts emit ee_delta actions; the env uses action_space={env.cfg.action_space!r}. "
-                "Make the env with action_space=ee_delta"
+                f"scripted experts act in ee_delta or joint_pos; the env uses action_space={env.cfg.action_space!r}"
             )
+        # In a joint_pos env the expert plans the same ee_delta moves and hands over the joint targets the env's
+        # own IK step gives them from the current state (the same motion, as absolute joint targets: demonstrations
+        # for joint-space policies). Under action latency the IK step runs when the action is chosen, not when it
+        # is executed.
+        self._ee_space = None
+        if env.cfg.action_space == "joint_pos":
+            self._ee_space = ActionSpace(dataclasses.replace(env.cfg, action_space="ee_delta"), env.task)
         if noise < 0:
             raise ValueError(f"expert noise={noise} must be >= 0")
         self.env = env
@@ -63,9 +72,16 @@ class Expert:
     def act(self, obs: dict) -> np.ndarray:
         batch = len(obs["proprio"])
         if batch != self.env.num_envs:
+            if self._ee_space is not None:
+                raise ValueError(f"a joint_pos expert acts on its env's own {self.env.num_envs} observations (its "
+                                 f"IK step reads the env's state), not on a batch of {batch}")
             return self._act_without_memory(obs, batch)
         self.fresh = self._new_episodes(obs)
-        return self._act(obs)
+        a = self._act(obs)
+        if self._ee_space is None:
+            return a
+        ctrl = self._ee_space.to_ctrl(np, a.astype(np.float64), self.env.phys())
+        return self.env.action_space.joint_pos_action(np, ctrl).astype(np.float32)
 
     def _act(self, obs: dict) -> np.ndarray:
         a = self.clean_action(obs)
