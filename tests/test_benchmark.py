@@ -216,6 +216,51 @@ def test_an_interrupted_benchmark_stops_the_commands_it_started(tmp_path, monkey
     assert "end" not in read_times(log)["lift/0/sac"]
 
 
+def test_a_terminated_benchmark_stops_the_commands_it_started(tmp_path):
+    """SIGTERM (`kill`, a job scheduler) to robot-rl-benchmark stops its running commands as Ctrl-C does, instead of
+    leaving them running without it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import BIN
+
+    def commands() -> list[int]:  # pids of the benchmark's commands: their command lines name a stage directory
+        out = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and str(tmp_path / "runs" / "lift") in (d / "cmdline").read_bytes().decode(
+                        errors="replace"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+        return out
+
+    bench = subprocess.Popen([str(BIN / "robot-rl-benchmark"), "only=[lift]", "seeds=[0]", "stages=[demos]",
+                              "tasks.lift.demos=1000000", f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'tasks'}",
+                              f"hydra.run.dir={tmp_path / 'bench'}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not commands() and time.monotonic() < deadline and bench.poll() is None:
+            time.sleep(0.2)
+        started = commands()
+        assert started and bench.pid not in started, (
+            bench.stdout.read() if bench.poll() is not None else "no command started in 90 s")
+        bench.send_signal(signal.SIGTERM)
+        out, _ = bench.communicate(timeout=60)
+        assert bench.returncode != 0, out
+        for pid in started:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+        for pid in commands():
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, True])
 def test_jobs_must_be_a_whole_number_of_stages(jobs):
     with pytest.raises(ValueError, match=r"jobs=.* must be a whole number >= 1"):

@@ -13,7 +13,9 @@ where it stopped; finished stages are reused. A failing stage stops its task wit
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -128,7 +130,8 @@ def main(cfg: DictConfig) -> None:
 
             runner = Runner(bench, say=say)
             overall = bar.add_task(f"benchmark: {len(tasks)} task(s), stages", total=total)
-            failures = runner.run_tasks(tasks, progress=lambda n: bar.advance(overall, n))
+            with terminate_as_interrupt():  # `kill`, a scheduler's stop: the commands stop too (they resume)
+                failures = runner.run_tasks(tasks, progress=lambda n: bar.advance(overall, n))
         paths = write_report(bench, command)
         write_metrics(run_dir, {"tasks": tasks, "failures": failures, "md": str(paths["md"]),
                                 "jsonl": str(paths["jsonl"]), "png": [str(p) for p in paths["png"]]})
@@ -137,6 +140,20 @@ def main(cfg: DictConfig) -> None:
         for task, msg in failures.items():
             print(f"robot-rl-benchmark: error: {msg}", file=sys.stderr)
         sys.exit(1)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt here, as Ctrl-C does, so the running commands are stopped rather than left
+    running without their benchmark (Python's default for SIGTERM exits at once, skipping every cleanup)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_paths(paths: dict) -> None:
