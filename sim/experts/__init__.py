@@ -1,8 +1,9 @@
 """Scripted experts: batched feedback controllers over observations, one per task.
 
 They read only the observation dict (so observation noise affects them as it would a policy) and emit
-ee_delta actions (in a joint_pos env: the joint targets the env's IK step makes of them). `noise` is the std of Gaussian noise added to every action entry (then clipped): the
-sub-optimality knob for collecting imperfect demonstrations. noise=0 is the reference expert.
+ee_delta actions (in a joint_pos env: the joint targets the env's IK step makes of them). `noise` is the std of
+Gaussian noise added to every action entry (then clipped): the sub-optimality knob for collecting imperfect
+demonstrations. noise=0 is the reference expert.
 
 They work on a robot's terms (randomization=sim2real: millimetres of observation noise, 0-2 control ticks
 of action latency): decisions read per-env estimates that average the readings of the current episode
