@@ -185,6 +185,11 @@ def lr_lambda(warmup: int, total: int):
     return f
 
 
+def window_success(store, sampler) -> np.ndarray:
+    """bool [windows]: the window's episode succeeded."""
+    return np.asarray(store.episode_attr("success"), dtype=bool)[sampler.episode]
+
+
 def window_weights(store, sampler, cfg: BCConfig, share: float | None = None) -> np.ndarray:
     """Sampling weight of every window of `sampler` over `store` (see BCConfig's mixing fields)."""
     per_episode = np.array([str(x) for x in store.episode_attr("source")], dtype=object)  # zarr gives StringDType
@@ -195,8 +200,7 @@ def window_weights(store, sampler, cfg: BCConfig, share: float | None = None) ->
         w[source == s] = float(sw.get(s, 1.0))
     human = store.read_rows("intervention", sampler.anchor_step)
     w *= np.where(human, cfg.intervention_weight, np.where(source == "intervention", cfg.autonomous_weight, 1.0))
-    success = np.asarray(store.episode_attr("success"), dtype=bool)[sampler.episode]
-    w *= np.where(success, 1.0, cfg.failed_weight)
+    w *= np.where(window_success(store, sampler), 1.0, cfg.failed_weight)
     if share is not None:
         if w.sum() <= 0:
             raise ValueError(f"every window of {store.path} has weight 0 (source_weights / intervention weights / "
@@ -302,9 +306,8 @@ class BCWorkspace:
                 "windows": [len(sm) for sm in samplers],
                 "store_share": [float(mass[a:b].sum()) for a, b in zip(self.sampler.offsets[:-1], self.sampler.offsets[1:])],
                 "human_step_share": float(mass[human].sum()),  # expected share of sampled windows at human steps
-                "successful_share": float(mass[np.concatenate([  # ... of windows from successful episodes
-                    np.asarray(s.episode_attr("success"), dtype=bool)[sm.episode] for s, sm in zip(stores, samplers)])
-                ].sum()),
+                "successful_share": float(mass[np.concatenate(  # ... of windows from successful episodes
+                    [window_success(s, sm) for s, sm in zip(stores, samplers)])].sum()),
             }
         else:
             self.sampler = samplers[0]

@@ -84,6 +84,19 @@ def test_the_table_gives_thresholds_robot_minutes_seed_spread_and_not_run_rows(t
     assert [p.name for p in paths["png"]] == ["tasks_lift.png", "tasks_push.png"]
 
 
+def test_when_no_baseline_reaches_0_9_the_ratio_is_bounded_by_the_fewest_env_steps_a_baseline_ran(tmp_path):
+    """SAC stopped by its time budget after fewer env steps than scratch ran: the best baseline is only known to need
+    more than SAC's env steps, so those bound the ratio, and the text names what each baseline ran."""
+    cfg = BenchmarkConfig(tasks={"peg_insert": TaskPlan()}, runs=str(tmp_path / "runs"), seeds=[0], baseline_seeds=[0])
+    run_dir(stage_dir(cfg.runs, "peg_insert", 0, "residual"), [(60_000, 0.95)], 190, base=0.3)
+    run_dir(stage_dir(cfg.runs, "peg_insert", 0, "scratch"), [(300_000, 0.3), (600_000, 0.3)], 60)
+    run_dir(stage_dir(cfg.runs, "peg_insert", 0, "sac"), [(500_000, 0.0), (527_000, 0.0)], 0)
+    r = ratio([row(cfg, "peg_insert", k) for k in ("base", "residual", "scratch", "sac")])
+    assert r["bound"] == ">" and r["ratio"] == pytest.approx(527_000 / 60_000)
+    assert r["text"] == ("> 8.78 (no baseline reached 0.9: RL from scratch 600,000, SB3 SAC 527,000 env steps; "
+                         "base + residual 60,000)")
+
+
 def test_finished_stages_are_reused_a_changed_command_stops_and_a_redone_input_reruns(tmp_path):
     cfg = BenchmarkConfig(tasks={"lift": TaskPlan(baselines=[])}, runs=str(tmp_path), seeds=[0])
     demos, bc, residual = task_stages(cfg, "lift")

@@ -230,8 +230,7 @@ class MjxBatchedEnv(BatchedEnv):
     def phys(self) -> Phys:
         if self.state is None:
             raise RuntimeError("call reset(seed) before phys()")
-        d = jax.device_get(self.state.data)
-        return Phys(np.asarray(d.qpos), np.asarray(d.qvel), np.asarray(d.sensordata), np.asarray(d.mocap_pos))
+        return jax.device_get(self.mjx._phys(self.state.data))  # the four arrays only, not the whole state
 
     def _step(self, action: np.ndarray):
         if self.state is None:
