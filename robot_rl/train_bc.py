@@ -326,6 +326,8 @@ class BCWorkspace:
         self.opt = torch.optim.AdamW(self.policy.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg.warmup_steps, cfg.steps))
         self.step = 0
+        self.train_time = 0.0  # seconds of training over every segment of a resumed run (the checkpoint carries it)
+        self.timed_from = 0  # the step train_time counts from: a resumed checkpoint written before it was kept
 
     # ---- checkpoints --------------------------------------------------------------------------------
     def save(self) -> Path:
@@ -339,6 +341,8 @@ class BCWorkspace:
             "numpy_rng": self.rng.bit_generator.state,
             "torch_rng": checkpoint.flatten(torch.get_rng_state(), "torch_rng", tensors),
             "config": self.resume_config,
+            "train_time_s": self.train_time,
+            "timed_from": self.timed_from,
         }
         return checkpoint.save_training(self.ckpt_dir, self.step, self.policy, tensors, train, self.cfg.keep_checkpoints)
 
@@ -356,6 +360,10 @@ class BCWorkspace:
         self.rng.bit_generator.state = train["numpy_rng"]
         torch.set_rng_state(checkpoint.unflatten(train["torch_rng"], tensors))
         self.step = int(train["step"])
+        if "train_time_s" in train:
+            self.train_time, self.timed_from = float(train["train_time_s"]), int(train["timed_from"])
+        else:  # written before checkpoints kept it: count from here, and say so in metrics.json
+            self.train_time, self.timed_from = 0.0, self.step
         return True
 
     # ---- loop ---------------------------------------------------------------------------------------
@@ -406,8 +414,10 @@ class BCWorkspace:
         cfg = self.cfg
         task = bar.add_task("bc", total=cfg.steps, completed=self.step) if bar is not None else None
         t0, start, losses = time.perf_counter(), self.step, []
+        before, evaluating = self.train_time, 0.0  # the earlier segments' (resumed runs); evaluations' seconds
         while self.step < cfg.steps:
             losses.append(self.train_step())
+            self.train_time = before + time.perf_counter() - t0 - evaluating
             if self.step % cfg.log_every == 0 or self.step == cfg.steps:
                 log.scalars({"loss": float(np.mean(losses)), "lr": self.sched.get_last_lr()[0],
                              "steps_per_s": (self.step - start) / (time.perf_counter() - t0)},
@@ -416,18 +426,19 @@ class BCWorkspace:
             if self.step % cfg.ckpt_every == 0 or self.step == cfg.steps:
                 self.save()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                t_eval = time.perf_counter()
                 m = self.evaluate()
                 log.evaluation(m, self.step)
+                evaluating += time.perf_counter() - t_eval
             if task is not None:
                 bar.update(task, completed=self.step)
-        train_time = time.perf_counter() - t0
         self.policy.save(self.run_dir / "policy")
         final = None
         if cfg.final_eval:
             final = self.evaluate(videos=cfg.videos)
             log.evaluation(final, self.step)
-        return {"final_eval": final, "train_time_s": train_time, "steps": self.step,
-                "final_loss": log.last("train/loss")}
+        return {"final_eval": final, "train_time_s": self.train_time, "steps": self.step,
+                "final_loss": log.last("train/loss"), "train_time_from_step": self.timed_from}
 
 
 def write_results(run_dir: Path, log, result: dict, extra: dict) -> None:
@@ -436,7 +447,8 @@ def write_results(run_dir: Path, log, result: dict, extra: dict) -> None:
         **extra,
         "steps": result["steps"],
         "final_loss": result["final_loss"],
-        "train_time_s": result["train_time_s"],
+        "train_time_s": result["train_time_s"],  # every segment of a resumed run, evaluations excluded
+        **({"train_time_from_step": result["train_time_from_step"]} if result.get("train_time_from_step") else {}),
         "history": log.history_json(),
     }
     if final is not None:

@@ -56,16 +56,43 @@ def test_train_bc_writes_policy_checkpoints_logs_and_curves(trained):
     assert "BC success" in proc.stdout
 
 
+def _train_state(checkpoint_dir):
+    return json.loads((checkpoint_dir / "config.json").read_text())["train"]
+
+
 def test_train_bc_resumes_from_the_latest_checkpoint(trained, lift_store):
     run, _ = trained
+    first = _train_state(run / "checkpoints/step_0000004")["train_time_s"]
+    assert first > 0
     proc = run_cli("robot-rl-train-bc", f"data={lift_store}", "steps=6", "videos=1", *TINY, f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "resuming" in proc.stdout and "from step 4" in proc.stdout
     m = json.loads((run / "metrics.json").read_text())
     assert m["steps"] == 6 and m["resumed_from"] == 4
+    # training time over both segments: the first's carried by the checkpoint, not just the resumed part's
+    assert m["train_time_s"] > first and "train_time_from_step" not in m
+    assert m["train_time_s"] == pytest.approx(_train_state(run / "checkpoints/step_0000006")["train_time_s"])
     # one continuous history: steps 1..6 once each, the resumed part appended
     assert [s for s, _ in m["history"]["train/loss"]] == [1, 2, 3, 4, 5, 6]
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000004", "step_0000006"]
+
+
+def test_a_checkpoint_without_training_time_resumes_and_metrics_say_where_the_time_counts_from(
+        trained, lift_store, tmp_path, cli_here):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained[0], run)
+    step = max(run.glob("checkpoints/step_*"))
+    config = json.loads((step / "config.json").read_text())
+    for key in ("train_time_s", "timed_from"):  # as checkpoints were written before they kept the time
+        del config["train"][key]
+    (step / "config.json").write_text(json.dumps(config))
+    n = config["train"]["step"]
+    proc = cli_here("robot-rl-train-bc", f"data={lift_store}", f"steps={n + 2}", "videos=0", *TINY, f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["resumed_from"] == n and m["train_time_from_step"] == n and m["train_time_s"] > 0
 
 
 def test_resume_with_a_changed_config_names_the_differing_keys(trained, lift_store, cli_here):
