@@ -78,7 +78,9 @@ def test_cli_distributed_actors_2_trains_on_the_ray_cluster_at_address(local_ray
     assert [s for s, _ in m["history"]["eval/success_rate"]] == [40, 80]  # periodic (eval actor) + final
     assert m["history"]["dist/actors"][-1][1] == 2
     _, train = load_training(run / "checkpoints", _resume_config(run))
-    assert sorted(train["distributed"]["hwm"]) == ["0", "1"]  # both actors' batches reached the replay
+    # the replay's high-water marks are per actor slot; whose batches fill 80 env steps (10 batches) is a race
+    # (CI once saw actor 1's only): that both actors feed the learner is test_two_actors_feed_the_learner...
+    assert train["distributed"]["hwm"] and set(train["distributed"]["hwm"]) <= {"0", "1"}
 
 
 def _resume_config(run):
