@@ -54,7 +54,8 @@ def seed_figures(kind: str, run_dir: Path, metrics: dict) -> dict:
         k, n, rate = b["successes"], b["episodes"], b["success_rate"]
         curve = {"x": [0], "y": [rate]}
         bc = read_metrics(run_dir.with_name("bc")) or {}
-        train, steps = bc.get("train_time_s"), 0
+        # a BC run resumed from a checkpoint that did not keep the time timed only its last part: unknown
+        train, steps = (None if bc.get("train_time_from_step") else bc.get("train_time_s")), 0
     else:
         ev = metrics.get("eval", {})
         rate, k, n = metrics["success_rate"], ev.get("successes"), ev.get("episodes")

@@ -43,6 +43,8 @@ def test_the_table_gives_thresholds_robot_minutes_seed_spread_and_not_run_rows(t
     run_dir(d("lift", 2, "residual"), [(20_000, 0.7), (40_000, 0.95), (50_000, 0.96)], 192, base=0.3, hz=10.0)
     (d("lift", 0, "bc").mkdir(parents=True))
     (d("lift", 0, "bc") / "metrics.json").write_text(json.dumps({"train_time_s": 250.0}))
+    (d("lift", 1, "bc").mkdir(parents=True))  # resumed from a checkpoint without the time: 40 s of its last part
+    (d("lift", 1, "bc") / "metrics.json").write_text(json.dumps({"train_time_s": 40.0, "train_time_from_step": 900}))
     run_dir(d("lift", 0, "scratch"), [(20_000, 0.3), (40_000, 0.5), (100_000, 0.9)], 180, hz=10.0)
     # push: one residual seed of three finished; its scratch never reached 0.9; nothing else
     run_dir(d("push", 1, "residual"), [(20_000, 0.92)], 186, base=0.5, hz=20.0)
@@ -56,7 +58,8 @@ def test_the_table_gives_thresholds_robot_minutes_seed_spread_and_not_run_rows(t
     assert res["success"] == pytest.approx((0.95 + 0.9 + 0.96) / 3)
     assert (res["success_min"], res["success_max"]) == (0.9, 0.96) and res["success_ci95"] is None
     assert base["success_each"] == [0.2, 0.1, 0.3] and base["steps_to"]["0.5"] is None
-    assert base["train_time_s_each"] == [250.0, None, None]  # the BC run's; the other seeds' BC has no metrics
+    # seed 0's BC run; seed 1's timed only its part after step 900 (unknown, not 40 s); seed 2's has no metrics
+    assert base["train_time_s_each"] == [250.0, None, None] and base["train_time_s"] == 250.0
     scratch = row(cfg, "lift", "scratch")
     assert scratch["success_ci95"] == pytest.approx([0.851, 0.934], abs=1e-3)  # Wilson: 180 of 200
     assert scratch["steps_to"]["0.9"] == 100_000 and scratch["robot_minutes_to_0.9"] == pytest.approx(100_000 / 600)
