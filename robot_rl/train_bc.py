@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from robot_rl.common import checkpoint
+from robot_rl.common.clock import TrainingClock
 from robot_rl.common.config import check_whole
 from robot_rl.common.run_dir import write_metrics
 
@@ -327,7 +328,7 @@ class BCWorkspace:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg.warmup_steps, cfg.steps))
         self.step = 0
         self.train_time = 0.0  # seconds of training over every segment of a resumed run (the checkpoint carries it)
-        self.timed_from = 0  # the step train_time counts from: a resumed checkpoint written before it was kept
+        self.train_time_from_step = 0  # the step train_time counts from: a resumed checkpoint written before it was kept
 
     # ---- checkpoints --------------------------------------------------------------------------------
     def save(self) -> Path:
@@ -342,7 +343,7 @@ class BCWorkspace:
             "torch_rng": checkpoint.flatten(torch.get_rng_state(), "torch_rng", tensors),
             "config": self.resume_config,
             "train_time_s": self.train_time,
-            "timed_from": self.timed_from,
+            "train_time_from_step": self.train_time_from_step,
         }
         return checkpoint.save_training(self.ckpt_dir, self.step, self.policy, tensors, train, self.cfg.keep_checkpoints)
 
@@ -361,9 +362,9 @@ class BCWorkspace:
         torch.set_rng_state(checkpoint.unflatten(train["torch_rng"], tensors))
         self.step = int(train["step"])
         if "train_time_s" in train:
-            self.train_time, self.timed_from = float(train["train_time_s"]), int(train["timed_from"])
+            self.train_time, self.train_time_from_step = float(train["train_time_s"]), int(train["train_time_from_step"])
         else:  # written before checkpoints kept it: count from here, and say so in metrics.json
-            self.train_time, self.timed_from = 0.0, self.step
+            self.train_time, self.train_time_from_step = 0.0, self.step
         return True
 
     # ---- loop ---------------------------------------------------------------------------------------
@@ -414,10 +415,10 @@ class BCWorkspace:
         cfg = self.cfg
         task = bar.add_task("bc", total=cfg.steps, completed=self.step) if bar is not None else None
         t0, start, losses = time.perf_counter(), self.step, []
-        before, evaluating = self.train_time, 0.0  # the earlier segments' (resumed runs); evaluations' seconds
+        clock = TrainingClock(self.train_time)  # continues a resumed run's; evaluations excluded
         while self.step < cfg.steps:
             losses.append(self.train_step())
-            self.train_time = before + time.perf_counter() - t0 - evaluating
+            self.train_time = clock.now()
             if self.step % cfg.log_every == 0 or self.step == cfg.steps:
                 log.scalars({"loss": float(np.mean(losses)), "lr": self.sched.get_last_lr()[0],
                              "steps_per_s": (self.step - start) / (time.perf_counter() - t0)},
@@ -426,10 +427,8 @@ class BCWorkspace:
             if self.step % cfg.ckpt_every == 0 or self.step == cfg.steps:
                 self.save()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
-                t_eval = time.perf_counter()
-                m = self.evaluate()
-                log.evaluation(m, self.step)
-                evaluating += time.perf_counter() - t_eval
+                with clock.paused():
+                    log.evaluation(self.evaluate(), self.step)
             if task is not None:
                 bar.update(task, completed=self.step)
         self.policy.save(self.run_dir / "policy")
@@ -438,7 +437,7 @@ class BCWorkspace:
             final = self.evaluate(videos=cfg.videos)
             log.evaluation(final, self.step)
         return {"final_eval": final, "train_time_s": self.train_time, "steps": self.step,
-                "final_loss": log.last("train/loss"), "train_time_from_step": self.timed_from}
+                "final_loss": log.last("train/loss"), "train_time_from_step": self.train_time_from_step}
 
 
 def write_results(run_dir: Path, log, result: dict, extra: dict) -> None:

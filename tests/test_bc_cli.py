@@ -85,7 +85,7 @@ def test_a_checkpoint_without_training_time_resumes_and_metrics_say_where_the_ti
     shutil.copytree(trained[0], run)
     step = max(run.glob("checkpoints/step_*"))
     config = json.loads((step / "config.json").read_text())
-    for key in ("train_time_s", "timed_from"):  # as checkpoints were written before they kept the time
+    for key in ("train_time_s", "train_time_from_step"):  # as checkpoints were written before they kept the time
         del config["train"][key]
     (step / "config.json").write_text(json.dumps(config))
     n = config["train"]["step"]

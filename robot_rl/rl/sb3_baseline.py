@@ -119,7 +119,7 @@ def train(cfg: SB3BaselineConfig, log, bar=None) -> dict:
     import sim
     from policies.sb3 import SB3Policy
     from robot_rl.evaluation import evaluate_policy
-    from robot_rl.rl.train import _Clock  # training time without evaluations, as the residual runs count it
+    from robot_rl.common.clock import TrainingClock  # training time without evaluations, as every trainer
     from sim.gym_adapter import RobotRLEnv
 
     SAC = sb3_sac()
@@ -136,7 +136,7 @@ def train(cfg: SB3BaselineConfig, log, bar=None) -> dict:
                 train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps, policy_kwargs={"net_arch": cfg.net_arch},
                 seed=cfg.seed, device="cpu", verbose=0)
     policy = SB3Policy(model, eval_env)
-    clock = _Clock()
+    clock = TrainingClock()
     budget = cfg.time_budget_s if cfg.time_budget_s > 0 else None
     bar_task = None
     if bar is not None:

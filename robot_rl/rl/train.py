@@ -30,7 +30,6 @@ A resumed run restarts the envs' episodes (simulator state is not saved) and kee
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import time
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 
 from robot_rl.common import checkpoint
+from robot_rl.common.clock import TrainingClock
 from robot_rl.rl.learner import Learner, LearnerConfig
 from robot_rl.rl.replay import Replay, add_transitions, demo_replay, sample_mixed
 from policies.residual import ResidualConfig, ResidualPolicy, actor_state
@@ -414,7 +414,7 @@ class ResidualWorkspace:
         cfg, n = self.cfg, self.env.num_envs
         self.evaluate_base(log)  # unless the caller did (the CLI, with a progress bar)
         self.restart_envs()
-        clock = _Clock(self.train_time)  # training time excludes evaluations
+        clock = TrainingClock(self.train_time)  # training time excludes evaluations
         start_steps, saved_at = self.env_steps, None
         window = {"metrics": [], "updates": 0, "update_s": 0.0, "steps": self.env_steps, "t": clock.now()}
 
@@ -502,24 +502,6 @@ class ResidualWorkspace:
                          "head_std": mean["q_head_std"], "target_mean": mean["target_mean"]}, step, prefix="q/")
             log.scalar("perf/updates_per_s", updates_per_s, step)
         log.scalars({"env_steps_per_s": env_steps_per_s, "updates": self.learner.updates}, step, prefix="perf/")
-
-
-class _Clock:
-    """Seconds of training so far (continuing `before`), not counting the time spent inside paused()."""
-
-    def __init__(self, before: float = 0.0):
-        self.start, self.before, self.paused_s = time.perf_counter(), before, 0.0
-
-    def now(self) -> float:
-        return self.before + time.perf_counter() - self.start - self.paused_s
-
-    @contextlib.contextmanager
-    def paused(self):
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.paused_s += time.perf_counter() - t
 
 
 def train(env, base, cfg: ResidualRLConfig, run_dir, log=None, demo_store=None, eval_env=None, progress=None) -> dict:

@@ -19,7 +19,8 @@ from robot_rl.rl.distributed.evaluator import Evaluator
 from robot_rl.rl.distributed.ledger import InterventionLedger
 from robot_rl.rl.distributed.pool import ActorPool
 from robot_rl.rl.replay import add_transitions
-from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace, _Clock
+from robot_rl.common.clock import TrainingClock
+from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
 
 
 class DistributedWorkspace(ResidualWorkspace):
@@ -169,7 +170,7 @@ class DistributedWorkspace(ResidualWorkspace):
             if cfg.eval_every > 0 or cfg.final_eval:
                 evaluator = Evaluator(self)  # starts while the env actors do
             self.pool.start()
-            clock = _Clock(self.train_time)  # training time: from here on, evaluations excluded
+            clock = TrainingClock(self.train_time)  # training time: from here on, evaluations excluded
             train_start = self.train_time
             window = {"metrics": [], "updates": 0, "update_s": 0.0, "steps": self.env_steps, "t": clock.now()}
             while (self.env_steps < cfg.env_steps and not self.stop_requested
