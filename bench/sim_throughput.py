@@ -64,7 +64,7 @@ def bench_cpu(task: str, n: int, seconds: float, robot: str = "primitive") -> di
             "env_vs_raw": raw_s / env_s}
 
 
-def bench_mjx(task: str, n: int, seconds: float, robot: str = "primitive") -> dict:
+def bench_mjx(task: str, n: int, seconds: float, robot: str = "primitive", device: str = "cpu") -> dict:
     import jax
     import jax.numpy as jnp
     from mujoco import mjx
@@ -72,15 +72,15 @@ def bench_mjx(task: str, n: int, seconds: float, robot: str = "primitive") -> di
     import sim
     from sim import rng as srng
 
-    env = sim.make(task, backend="mjx", num_envs=n, robot=robot)
+    env = sim.make(task, backend="mjx", num_envs=n, robot=robot, device=device)
     e = env.mjx
-    keys = jnp.asarray(srng.env_key(np, 0, np.arange(n)))
-    eps = jnp.zeros(n, jnp.uint32)
+    keys = jax.device_put(jnp.asarray(srng.env_key(np, 0, np.arange(n))), e.device)
+    eps = jax.device_put(jnp.zeros(n, jnp.uint32), e.device)
     t = time.perf_counter()
     reset = e.reset.lower(keys, eps).compile()
     reset_jit = time.perf_counter() - t
     state = reset(keys, eps)
-    actions = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (n, env.action_dim)).astype(np.float32))
+    actions = jax.device_put(np.random.default_rng(0).uniform(-1, 1, (n, env.action_dim)).astype(np.float32), e.device)
     t = time.perf_counter()
     step = e.step.lower(state, actions).compile()
     step_jit = time.perf_counter() - t

@@ -199,6 +199,10 @@ def _select(pred, on_true, on_false):
     return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
 
 
+# The info entries BatchedEnv.step returns (besides "intervention", which the host sets)
+_STEP_INFO = ("success", "progress", "terminated", "truncated", "episode_return", "episode_length", "final_obs")
+
+
 class MjxBatchedEnv(BatchedEnv):
     """Host API (numpy in / numpy out) over MjxEnv; identical semantics to the MuJoCo C backend.
 
@@ -216,8 +220,8 @@ class MjxBatchedEnv(BatchedEnv):
         self._scratch = mujoco.MjData(self.model)
 
     def _reset(self, keys: np.ndarray) -> dict:
-        keys = jnp.asarray(np.asarray(keys, dtype=np.uint32))
-        self.state = self.mjx.reset(keys, jnp.zeros(self.num_envs, jnp.uint32))
+        keys = jnp.asarray(np.asarray(keys, dtype=np.uint32), device=self.mjx.device)
+        self.state = self.mjx.reset(keys, jnp.zeros(self.num_envs, jnp.uint32, device=self.mjx.device))
         obs = _to_numpy(self.state.obs)
         self._render_episode[:] = -1  # a new seed: every env's episode 0 is a new episode
         if self.cameras:
@@ -235,10 +239,16 @@ class MjxBatchedEnv(BatchedEnv):
     def _step(self, action: np.ndarray):
         if self.state is None:
             raise RuntimeError("call reset(seed) before step()")
-        self.state = self.mjx.step(self.state, jnp.asarray(action))
-        s = jax.device_get(self.state)
-        i = s.info
-        done = np.asarray(s.done)
+        st = self.state = self.mjx.step(self.state, jnp.asarray(action, device=self.mjx.device))
+        # One transfer of what the host API returns, not the whole physics state (on a GPU, mjx.Data's contact
+        # and constraint arrays are most of the bytes); the cameras also need the poses and episode draws.
+        host = {"obs": st.obs, "reward": st.reward, "done": st.done,
+                "info": st.info if self.cameras else {k: st.info[k] for k in _STEP_INFO}}
+        if self.cameras:
+            host["qpos"], host["mocap_pos"] = st.data.qpos, st.data.mocap_pos
+        s = jax.device_get(host)
+        i = s["info"]
+        done = np.asarray(s["done"])
         info = {
             "success": np.asarray(i["success"]), "progress": np.asarray(i["progress"]),
             "intervention": np.zeros(self.num_envs, dtype=bool),
@@ -246,7 +256,7 @@ class MjxBatchedEnv(BatchedEnv):
             "episode_return": np.asarray(i["episode_return"]), "episode_length": np.asarray(i["episode_length"]),
             "final_obs": _to_numpy(i["final_obs"]),
         }
-        obs = _to_numpy(s.obs)
+        obs = _to_numpy(s["obs"])
         if self.cameras:
             # Every env's pose at the end of this step (before any auto-reset), with its render model still
             # showing the episode that step belonged to: the last frames of finished episodes.
@@ -256,10 +266,10 @@ class MjxBatchedEnv(BatchedEnv):
             if done.any():
                 idx = np.nonzero(done)[0]
                 self._sync_render_models(i, idx)
-                for k, v in self._images(s.data.qpos, s.data.mocap_pos, idx).items():
+                for k, v in self._images(s["qpos"], s["mocap_pos"], idx).items():
                     obs[k] = obs[k].copy()
                     obs[k][idx] = v
-        return obs, np.asarray(s.reward), done, info
+        return obs, np.asarray(s["reward"]), done, info
 
     def _restart(self, idx: np.ndarray) -> dict:
         if self.state is None:
@@ -269,7 +279,7 @@ class MjxBatchedEnv(BatchedEnv):
         fresh = self.mjx.reset(self.state.info["key"], self.state.info["episode"])
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[idx] = True
-        keep = self.mjx.select(jnp.asarray(mask), fresh, self.state)
+        keep = self.mjx.select(jnp.asarray(mask, device=self.mjx.device), fresh, self.state)
         self.state = keep.replace(metrics=self.state.metrics)
         obs = {k: v[idx] for k, v in _to_numpy(self.state.obs).items()}
         if self.cameras and len(idx):
