@@ -170,13 +170,13 @@ def relabel_base(base, seq: dict[str, np.ndarray], idx: list[int], instruction: 
 
 
 def episode_transitions(ep: dict, keys: tuple[str, ...], base, reward,
-                        instruction: str = "") -> dict[str, np.ndarray] | None:
+                        instruction: str = "", once: bool = False) -> dict[str, np.ndarray] | None:
     """Transitions [T, ...] (the replay's fields) of one recorded episode, or None when it has no usable step.
 
     ep: EpisodeTap's {"steps": [(obs {key: [dim]}, action [A], intervention, base action [A] | None)], "final",
     "success"}; `base` relabels missing base actions (and gives the one at the final observation); `reward`: a
     robot_rl.reward.LearnedReward (its classifier decides rewards and terminations; an episode's end is a
-    termination on success, else a cut that bootstraps)."""
+    termination on success, else a cut that bootstraps); `once`: its success pays only at its first fire."""
     steps = list(ep["steps"])
     obs = [s[0] for s in steps]
     bases = [s[3] for s in steps]
@@ -200,8 +200,13 @@ def episode_transitions(ep: dict, keys: tuple[str, ...], base, reward,
     (terminated if success else truncated)[-1] = True
     cur = {k: v[:-1] for k, v in seq.items()}
     nxt = {k: v[1:] for k, v in seq.items()}
+    eligible = None
+    if once:  # the classifier's success pays at its first fire in the episode (rl.classifier_success=once|end)
+        from robot_rl.reward.shaping import first_fires
+
+        eligible = first_fires(reward.model.success(nxt), np.zeros(t, bool))
     r, terminated, truncated, potential, next_potential = reward.label(cur, nxt, terminated.copy(), terminated,
-                                                                       truncated)
+                                                                       truncated, eligible=eligible)
     return {"obs": flatten_obs(cur, keys), "base_action": base_actions[:-1],
             "action": np.stack([s[1] for s in steps]).astype(np.float32), "reward": np.asarray(r, np.float32),
             "next_obs": flatten_obs(nxt, keys), "next_base_action": base_actions[1:],
@@ -239,6 +244,7 @@ class RobotActor(BatchActor):
         check_against_model(self.dcfg, model_joints(self.env))
         self.policy = make_actor_policy(self.env, base_path, device, residual)
         self.learned = from_config(reward["reward_model"], "learned", reward["shaping"], reward["gamma"], [self.env])
+        self.once = reward.get("classifier_success", "once") != "every"  # rl.classifier_success
         unread = sorted(set(self.learned.model.spec.obs_dims) - set(self.policy.spec.obs_dims))
         if unread:
             raise ValueError(f"robot actor {name}: the reward model reads {unread}, which the base policy (and so "
@@ -320,7 +326,7 @@ class RobotActor(BatchActor):
         from robot_rl.hil import EpisodeInterventions
 
         rows = episode_transitions(ep, self.policy.obs_keys, self.policy.base, self.learned,
-                                   self.dcfg.instruction)
+                                   self.dcfg.instruction, once=self.once)
         self.episodes += 1
         if rows is None:
             return

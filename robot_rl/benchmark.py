@@ -112,14 +112,27 @@ SAC_OWN = {"task": "the task's name", "out": "the sac stage", "env_steps": "env_
            "final_eval_episodes": "final_eval_episodes", "eval_seed": "eval_seed", "eval_num_envs": "num_envs"}
 
 
+def recommended_plan(task: str) -> dict:
+    """TaskPlan fields from the task's recommended settings (robot_rl/recipes.py): bc_steps, bc_args (the
+    quickstart's warm-up and the BC policy's keys), time_budget_s."""
+    from robot_rl.recipes import recommended_settings
+
+    bc, rl = recommended_settings(task, "train_bc"), recommended_settings(task, "train_residual")
+    out = {"bc_args": ["warmup_steps=100", *(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                            for k, v in bc.items() if k != "steps")]}
+    if "steps" in bc:
+        out["bc_steps"] = int(bc["steps"])
+    if "rl.time_budget_s" in rl:
+        out["time_budget_s"] = float(rl["rl.time_budget_s"])
+    return out
+
+
 def default_tasks() -> dict[str, TaskPlan]:
     return {
         "lift": TaskPlan(),
         "push": TaskPlan(),
-        # The peg preset (docs/results/bc.md): 8,000 BC steps and deterministic sampling (the demos' action noise,
-        # sampled back, is wider than the fit: 0.26 at temperature 1, 0.525 at 0); 60 minutes of RL
-        "peg_insert": TaskPlan(bc_steps=8000, bc_args=["warmup_steps=100", "policy.temperature=0"],
-                               env_steps=600_000, time_budget_s=3600.0, baseline_time_budget_s=7200.0),
+        # The peg preset: the task's recommended BC steps, sampling and RL time (sim Task.recommended)
+        "peg_insert": TaskPlan(**recommended_plan("peg_insert"), env_steps=600_000, baseline_time_budget_s=7200.0),
         # The VLA of docs/results/vla.md (0.72 alone, 0.975 with a residual after 40,000 env steps): 600
         # demonstrations with front + wrist frames, 14,000 steps; its residual reads the VLA's features
         "color_lift": TaskPlan(demos=600, bc_policy="vla", bc_steps=14_000,

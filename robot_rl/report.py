@@ -173,7 +173,9 @@ TABLE_SECTIONS = (
     ("reward", "Reward models (held-out episodes)",
      ("progress_spearman", "classifier_auroc", "classifier_fpr", "classifier_tpr", "threshold", "test_episodes")),
     ("residual", "Residual RL and interventions",
-     ("env_steps", "updates", "train_time_s", "human_fraction", "human_steps")),
+     ("env_steps", "updates", "train_time_s", "human_fraction", "human_steps", "operator_labels",
+      "labelled_training_episodes", "checked_episodes", "classifier_refits", "false_claims_labelled", "rollbacks",
+      "stopped_at", "robot_minutes", "base_checked_success", "policy_checked_success", "policy_from_env_step")),
     ("deploy", "Deployment dry run: control loop over DDS",
      ("episodes", "successes", "ticks", "missed_ticks", "p99_lateness_ms", "obs_to_cmd_p50_ms", "obs_to_cmd_p99_ms",
       "chunk_latency_p50_ms")),
@@ -204,6 +206,9 @@ def write_report(run_dir: str | Path, stages: dict, title: str = "robot_rl quick
             table = _scalars(stages[stage], keys)
             body += [f"<h2>{html.escape(heading)}</h2>", _table(table, ["figure", "value"])]
             md += [f"## {heading}", "", _md_table(table, ["figure", "value"]), ""]
+            for w in stages[stage].get("warnings") or []:  # the run's own words: a rollback, reward hacking
+                body.append(f'<p class="warning">warning: {html.escape(w)}</p>')
+                md += [f"> warning: {w}", ""]
     final = next((s for s in ("eval_residual", "eval_bc") if stages.get(s, {}).get("videos")), None)
     if final:
         video = Path(stages[final]["videos"][0])

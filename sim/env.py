@@ -9,6 +9,9 @@ Host API (both backends, numpy in / numpy out):
   step(action [N, A]) -> obs, reward [N], done [N], info
   restart(env_ids) -> obs of env_ids      those envs back at the first state of their current episode (what
                                           reset / auto-reset gave them); the others untouched
+  end_episodes(env_ids) -> obs of env_ids those envs' episodes end now and their next ones start (as auto-reset
+                                          would give them); for ends the env cannot see (a learned success
+                                          detector, an operator)
   instruction -> list[str]                each env's current episode's instruction (drawn from the seed)
 Auto-reset happens inside step: where done, `obs` is already the next episode's first observation (images
 too) and `info["final_obs"]` holds the last observation of the finished episode. info also carries `success`,
@@ -28,7 +31,7 @@ from sim.tasks import TASKS
 
 
 class BatchedEnv:
-    """Shared host-side logic. Subclasses implement `_reset(keys)`, `_step(action)` and `_restart(idx)`."""
+    """Shared host-side logic. Subclasses implement `_reset(keys)`, `_step(action)` and `_restart(idx, advance)`."""
 
     def __init__(self, cfg: EnvConfig):
         from sim.actions import ActionHistory, ActionSpace
@@ -103,14 +106,24 @@ class BatchedEnv:
         The episode, its draws and its observation noise are those reset / auto-reset gave the env, so the obs
         equals the one it started the episode with. Gymnasium's next-step autoreset (sim/gym_adapter.py) uses it
         to undo the step a just-reset env must not take."""
+        return self._start(env_ids, advance=False)
+
+    def end_episodes(self, env_ids) -> dict:
+        """End envs `env_ids`' current episodes now and start their next ones, as auto-reset does after a done;
+        their first obs [len(env_ids), ...]. For what the env cannot see: a learned success detector, or an
+        operator, saying an episode is over (a robot then resets too)."""
+        return self._start(env_ids, advance=True)
+
+    def _start(self, env_ids, advance: bool) -> dict:
         idx = np.asarray(env_ids, dtype=np.int64).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_envs):
             raise ValueError(f"env_ids {idx.tolist()} out of range for num_envs={self.num_envs}")
-        obs = self._restart(idx)
+        obs = self._restart(idx, advance)
         self._actions.reset(idx)
         return self._actions.add_to(obs, idx)
 
-    def _restart(self, idx: np.ndarray) -> dict:
+    def _restart(self, idx: np.ndarray, advance: bool = False) -> dict:
+        """Envs idx at the first state of their current episode (advance=False) or of their next one (True)."""
         raise NotImplementedError
 
     def phys(self):

@@ -132,6 +132,10 @@ class Task:
     # the gripper and the goal, how open the gripper is. The reward model's labels compare failed states with
     # successful ones in these columns (robot_rl/reward/episodes.py); () = every vector observation
     progress_features: tuple[str, ...] = ()
+    # Training settings the task needs, which every command applies where its command line does not set the key
+    # (robot_rl/cli/common.py apply_recommended): {"bc": robot-rl-train-bc keys, "policy": the BC policy's keys,
+    # "rl": robot-rl-train-residual's rl.* keys}. {}: the commands' own defaults
+    recommended: dict = {}
 
     @property
     def object_bodies(self) -> tuple[str, ...]:

@@ -248,6 +248,36 @@ def test_restart_puts_envs_back_at_their_episode_start_and_leaves_the_others(bac
         np.testing.assert_array_equal(after[k][[0, 2]], moved_on[-1][k][[0, 2]])  # the others never noticed
 
 
+@pytest.mark.mjx
+@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
+def test_end_episodes_starts_the_next_episode_as_auto_reset_would_and_leaves_the_others(backend, cpu_env, mjx_env):
+    env = cpu_env if backend == "mujoco" else mjx_env
+    acts = np.random.default_rng(1).uniform(-1, 1, (4, N_ENVS, env.action_dim)).astype(np.float32)
+    # the reference: every env's episode 1, as auto-reset starts it after a 3-step time limit
+    short = sim.make("lift", num_envs=N_ENVS, randomization=DR, task_config={"episode_steps": 3})
+    short.reset(7)
+    for a in acts[:3]:
+        auto, _, done, _ = short.step(a)
+    assert done.all()
+    short.close()
+    env.reset(7)
+    for a in acts[:2]:
+        env.step(a)
+    fresh = env.end_episodes([1, 3])
+    tol = 0.0 if backend == "mujoco" else 1e-4  # float32 MJX against float64 MuJoCo C at a reset
+    for k in fresh:
+        np.testing.assert_allclose(fresh[k], auto[k][[1, 3]], atol=tol, err_msg=k)  # draws and noise of episode 1
+    after, _, done, info = env.step(acts[2])
+    assert not done.any() and list(info["episode_length"]) == [3, 1, 3, 1]  # a fresh step count in envs 1 and 3
+    env.reset(7)
+    for a in acts[:3]:
+        ref, *_ = env.step(a)
+    for k in after:
+        np.testing.assert_array_equal(after[k][[0, 2]], ref[k][[0, 2]])  # the others never noticed
+    with pytest.raises(ValueError, match="out of range"):
+        env.end_episodes([N_ENVS])
+
+
 def test_a_seed_list_starts_each_env_as_a_one_env_reset_with_its_seed(cpu_env):
     obs = cpu_env.reset([3, 1, 4, 1])
     one = sim.make("lift", num_envs=1, randomization=DR)

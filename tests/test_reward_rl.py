@@ -49,7 +49,8 @@ def test_collector_with_learned_reward_writes_classifier_success_plus_shaping(en
     policy = ResidualPolicy.build(None, ResidualConfig(), env=env)
     replay = Replay(1000, env.num_envs, sum(env.obs_dims.values()), env.action_dim)
     col = Collector(env, policy, replay, reward="learned", explore_std=0.5, seed=0,
-                    learned=LearnedReward(model, gamma, lam, success="classifier"))
+                    learned=LearnedReward(model, gamma, lam, success="classifier"),
+                    classifier_success="every")  # every fire pays here (once / end: tests/test_reward_online.py)
     col.start(seed=0)
     env_done = []
     orig_step = env.step

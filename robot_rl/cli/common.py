@@ -70,3 +70,29 @@ def resume_or_fail(workspace) -> bool:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         fail(f"cannot resume from {workspace.ckpt_dir}: its training state does not load ({msg}); restore the "
              "checkpoint or start a new run directory")
+
+
+
+def apply_recommended(cfg, command: str) -> list[str]:
+    """Put the task's recommended settings into a composed Hydra config wherever the command line did not set the key
+    (a key the config lacks, e.g. a diffusion setting under policy=vla, is skipped); prints them, returns
+    ["key=value", ...]. The task is cfg.env.task."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    from robot_rl.recipes import recommended_settings
+
+    given = set()
+    if HydraConfig.initialized():
+        given = {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
+    applied = []
+    with open_dict(cfg):
+        for key, value in recommended_settings(str(cfg.env.task), command).items():
+            if key in given or OmegaConf.select(cfg, key, default="__absent__") == "__absent__":
+                continue
+            OmegaConf.update(cfg, key, value, merge=False)
+            applied.append(f"{key}={value}")
+    if applied:
+        print(f"task {cfg.env.task}: its recommended settings {' '.join(applied)} (any of them set on the command "
+              "line wins)")
+    return applied

@@ -19,9 +19,9 @@ import time
 from omegaconf import DictConfig
 
 from robot_rl.common.cli import fail, hydra_command, number, or_fail, progress_bar, whole
-from robot_rl.cli.common import env_config, hold_run_dir, make_env, set_torch_threads
+from robot_rl.cli.common import apply_recommended, env_config, hold_run_dir, make_env, set_torch_threads
 from robot_rl.cli.train_bc import bc_config, open_store, policy_config
-from robot_rl.cli.train_residual import rl_config, run_with_budget_bar
+from robot_rl.cli.train_residual import guard_summary, rl_config, run_with_budget_bar
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
@@ -53,6 +53,7 @@ def _check(cfg: DictConfig):
 
 @hydra_command("quickstart")
 def main(cfg: DictConfig) -> None:
+    apply_recommended(cfg, "quickstart")  # the task's own settings (sim Task.recommended)
     env_cfg, stages = _check(cfg)
     policy_cfg = policy_config(cfg.policy) if "bc" in stages else None
     run_dir = current_run_dir()
@@ -175,6 +176,8 @@ def main(cfg: DictConfig) -> None:
                                 "reward": rl_cfg.reward, "interventions": rl_cfg.interventions}
                     if ws.hil is not None:
                         summary_.update(human_fraction=ws.hil.fraction, human_steps=ws.hil.total_intervention_steps)
+                    if result.get("guard"):  # learned rewards: what the labels and checks cost and decided
+                        summary_.update(guard_summary(result))
                     return summary_
 
                 def eval_residual(out):
@@ -238,6 +241,13 @@ def _print(results: dict, env_cfg, wall: float, run_dir) -> None:
         hil = f", human in control of {r['human_fraction']:.1%} of steps" if "human_fraction" in r else ""
         print(f"residual RL: {r['env_steps']} env steps, {r['updates']} updates, "
               f"{r['train_time_s']:.0f} s of training, reward={r['reward']}{hil}")
+        if "operator_labels" in r:
+            print(f"  operator labels {r['operator_labels']} ({r['labelled_training_episodes']} training episodes, "
+                  f"{r['checked_episodes']} checked), {r['classifier_refits']} classifier refits, {r['rollbacks']} "
+                  f"rollbacks; robot minutes {r['robot_minutes']:.1f}; policy/ from env step {r['policy_from_env_step']} "
+                  f"(checked {r['policy_checked_success']:.2f}, the base {r['base_checked_success']:.2f})")
+            for w in r["warnings"]:
+                print(f"  warning: {w}")
     if "deploy" in results:
         r = results["deploy"]
         print(f"deployment dry run over DDS: {r['successes']}/{r['episodes']} successes, tick lateness p99 "

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from robot_rl.common.config import from_mapping
 from robot_rl.common.cli import fail, hydra_command, progress_bar, whole
-from robot_rl.cli.common import env_config, hold_run_dir, make_env, resume_or_fail, set_torch_threads
+from robot_rl.cli.common import apply_recommended, env_config, hold_run_dir, make_env, resume_or_fail, set_torch_threads
 from robot_rl.common.run_dir import current_run_dir, write_config
 
 
@@ -124,6 +124,7 @@ def check_same_images(stores, paths, cameras) -> None:
 
 @hydra_command("train_bc")
 def main(cfg: DictConfig) -> None:
+    apply_recommended(cfg, "train_bc")  # the task's own settings (sim Task.recommended)
     env_cfg, policy_cfg, bc_cfg = _configs(cfg)
     set_torch_threads(int(cfg.torch_threads))
     run_dir = current_run_dir()

@@ -24,7 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from robot_rl.common.config import from_mapping
 from robot_rl.common.cli import fail, hydra_command, progress_bar, warn, whole
-from robot_rl.cli.common import env_config, hold_run_dir, load_checkpoint, make_env, resume_or_fail, set_torch_threads
+from robot_rl.cli.common import (
+    apply_recommended, env_config, hold_run_dir, load_checkpoint, make_env, resume_or_fail, set_torch_threads,
+)
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 MODES = ("residual", "scratch", "base")
@@ -126,6 +128,7 @@ def _evaluate_base(run_dir: Path, env_cfg, eval_env, base, rl, cfg, t0: float) -
 
 @hydra_command("train_residual")
 def main(cfg: DictConfig) -> None:
+    apply_recommended(cfg, "train_residual")  # the task's own settings (sim Task.recommended)
     env_cfg, rl, eval_env_cfg, dist = _configs(cfg)
     set_torch_threads(int(cfg.torch_threads))
     run_dir = current_run_dir()
@@ -221,11 +224,38 @@ def main(cfg: DictConfig) -> None:
     print(done)
     src = (final or {}).get("policy_from") or {}
     if src.get("which") == "best":
-        last = final["last_eval"]
-        print(f"policy/ is the best evaluated policy, of env step {src['env_steps']}; the last one scored "
-              f"{last['success_rate']:.3f}")
+        last = final.get("last_eval")
+        how = "checked" if src.get("by") == "checks" else "evaluated"
+        print(f"policy/ is the best {how} policy, of env step {src['env_steps']}"
+              + (f"; the last one scored {last['success_rate']:.3f}" if last else ""))
+    if result.get("guard"):
+        print(guard_line(result))
     print(f"policy: {run_dir / 'policy'}")
     print(f"run dir: {run_dir}")
+
+
+def guard_summary(result: dict) -> dict:
+    """reward=learned: the figures a report shows of the labels, checks and rollbacks (a training result's)."""
+    g, lab = result["guard"], result["labels"]
+    return {"operator_labels": lab["total"], "labelled_training_episodes": lab["labelled"],
+            "training_episodes": lab["training_episodes"], "checked_episodes": lab["checked_episodes"],
+            "classifier_refits": lab["refits"], "false_claims_labelled": lab["claimed_false"],
+            "rollbacks": g["rollbacks"], "stopped_at": g["stopped_at"], "robot_minutes": result["robot_minutes"]["total"],
+            "base_checked_success": g["base"]["success_rate"], "policy_checked_success": g["best"]["success_rate"],
+            "policy_from_env_step": g["best"]["env_steps"], "warnings": list(result.get("warnings", []))}
+
+
+def guard_line(result: dict) -> str:
+    """reward=learned: the checks, rollbacks and the robot's cost (labels, minutes) in one line."""
+    g, lab, mins = result["guard"], result["labels"], result["robot_minutes"]
+    b, best = g["base"], g["best"]
+    out = (f"checks: base {b['successes']}/{b['episodes']}, best {best['successes']}/{best['episodes']} at env step "
+           f"{best['env_steps']}, {len(g['checks'])} checks, {g['rollbacks']} rollbacks")
+    if g["stopped_at"] is not None:
+        out += f", stopped at env step {g['stopped_at']}"
+    return (out + f"; operator labels {lab['total']} ({lab['labelled']} of {lab['training_episodes']} training "
+            f"episodes, {lab['checked_episodes']} checked), {lab['refits']} classifier refits; robot minutes "
+            f"{mins['total']:.1f} ({mins['checks']:.1f} checking)")
 
 
 if __name__ == "__main__":

@@ -80,16 +80,20 @@ class LearnedReward:
         return self.label(obs, next_obs, env_success, terminated, truncated, instruction)[:3]
 
     def label(self, obs: dict, next_obs: dict, env_success: np.ndarray, terminated: np.ndarray,
-              truncated: np.ndarray, instruction=None) -> tuple[np.ndarray, ...]:
+              truncated: np.ndarray, instruction=None, eligible=None) -> tuple[np.ndarray, ...]:
         """(reward, terminated, truncated, potential, next_potential) [N]: __call__'s labels, Phi(obs) and
         Phi(next_obs) as the shaping counts them (TERMINAL_POTENTIAL where next_obs terminates; NaN without
         shaping), which replay rows keep: the learner clips TD targets to the values this shaping allows, its
-        critics read them, and it rescales the shaping term by them when lambda decays."""
+        critics read them, and it rescales the shaping term by them when lambda decays. `eligible` [N] bool
+        (classifier only): where False the classifier's success neither pays nor terminates (it fired earlier in
+        that episode)."""
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         if self.reads_instruction and instruction is not None and not isinstance(instruction, str):
             instruction = np.asarray(list(instruction), dtype=object)
         if self.success == "classifier":
             hit = self.model.success(next_obs, instruction)
+            if eligible is not None:
+                hit = hit & np.asarray(eligible, bool)
             ended = terminated | truncated
             terminated, truncated = hit, ended & ~hit
         else:
@@ -109,12 +113,24 @@ class LearnedReward:
         return r.astype(np.float32), terminated, truncated, potential, next_potential
 
 
+def first_fires(hit: np.ndarray, ended: np.ndarray) -> np.ndarray:
+    """Rows [T] (one env, in time order) where a success may still pay: up to and including the first `hit` of each
+    env episode, the episodes split after the rows where `ended`."""
+    hit, ended = np.asarray(hit, bool), np.asarray(ended, bool)
+    starts = np.concatenate([[True], ended[:-1]])
+    episode = np.cumsum(starts) - 1
+    before = np.cumsum(hit) - hit  # hits in earlier rows
+    return before - before[np.nonzero(starts)[0]][episode] == 0
+
+
 def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs_dims: dict[str, int],
-                   store=None, chunk: int = 512) -> None:
+                   store=None, chunk: int = 512, once: bool = False) -> None:
     """Recompute reward / terminated / truncated / potential of every kept row of a Replay (e.g. the demo buffer, built
-    with the env's sparse success as reward) with `reward`; obs are unflattened in `obs_keys` order. A model
-    that reads frames or instructions needs the demo buffer's episode `store` (demo_replay records each row's
-    store steps): frames and instructions are read from it, `chunk` rows at a time."""
+    with the env's sparse success as reward) with `reward`; obs are unflattened in `obs_keys` order. `once`: the
+    classifier's success pays only at its first fire in each env episode (the replay's `ended` rows split them;
+    rl.classifier_success=once|end). A model that reads frames or instructions needs the demo buffer's episode
+    `store` (demo_replay records each row's store steps): frames and instructions are read from it, `chunk` rows
+    at a time (and every fire pays)."""
     def unflatten(x: np.ndarray) -> dict[str, np.ndarray]:
         out, i = {}, 0
         for k in obs_keys:
@@ -127,11 +143,14 @@ def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs
     if reward.reads_frames or reward.reads_instruction:
         _relabel_from_store(replay, reward, unflatten, store, kept, chunk)
         return
+    rows = np.arange(replay.written - kept, replay.written) % replay.rows  # physical rows, oldest first
+    once = once and reward.success == "classifier"
     for e in range(replay.num_envs):
-        labels = reward.label(unflatten(d["obs"][:kept, e]), unflatten(d["next_obs"][:kept, e]),
-                              d["reward"][:kept, e] > 0.5, d["terminated"][:kept, e], d["truncated"][:kept, e])
-        for k, v in zip(RELABELED, labels):
-            d[k][:kept, e] = v
+        obs, nxt = unflatten(d["obs"][rows, e]), unflatten(d["next_obs"][rows, e])
+        args = (d["reward"][rows, e] > 0.5, d["terminated"][rows, e], d["truncated"][rows, e])
+        eligible = first_fires(reward.model.success(nxt), d["ended"][rows, e]) if once else None
+        for k, v in zip(RELABELED, reward.label(obs, nxt, *args, eligible=eligible)):
+            d[k][rows, e] = v
 
 
 def _relabel_from_store(replay, reward: LearnedReward, unflatten, store, kept: int, chunk: int) -> None:

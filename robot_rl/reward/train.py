@@ -150,17 +150,19 @@ def step_mask(ends: np.ndarray, episodes: np.ndarray) -> np.ndarray:
 
 def _fit(net, obs: dict[str, np.ndarray], rows: np.ndarray, target: np.ndarray, weight: np.ndarray,
          cfg: RewardTrainConfig, rng: np.random.Generator, log, name: str, advance=None, on_log=None,
-         instruction: np.ndarray | None = None) -> float:
+         instruction: np.ndarray | None = None, set_stats: bool = True) -> float:
     """Minibatch AdamW + cosine decay on weighted BCE(logit, target) over the steps `rows` [n] of `obs` (every
-    step; target, weight [n]; instruction: [steps] str or None); returns the last logged loss."""
+    step; target, weight [n]; instruction: [steps] str or None); returns the last logged loss. set_stats=False
+    keeps the net's input normalization (fine-tuning a trained net: robot_rl/reward/online.py)."""
     x = {k: torch.from_numpy(v) for k, v in obs.items()}
     rows_t = torch.from_numpy(np.asarray(rows, np.int64))
     y, w = torch.from_numpy(target.astype(np.float32)), torch.from_numpy(weight.astype(np.float32))
-    for k, enc in net.encoder.enc.items():
-        if hasattr(enc, "scale"):  # vector keys: normalization from the training steps (frames need none)
-            enc.set_stats(obs[k][rows])
-    if instruction is not None:
-        net.encoder.set_text_stats(instruction[rows])
+    if set_stats:
+        for k, enc in net.encoder.enc.items():
+            if hasattr(enc, "scale"):  # vector keys: normalization from the training steps (frames need none)
+                enc.set_stats(obs[k][rows])
+        if instruction is not None:
+            net.encoder.set_text_stats(instruction[rows])
     from diffusers.optimization import get_cosine_schedule_with_warmup
 
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

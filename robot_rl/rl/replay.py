@@ -2,7 +2,7 @@
 
 Layout: row t holds the transition of every env at vector step t, arrays [rows, N, ...]:
     obs, base_action, action (executed), reward, next_obs, next_base_action, terminated, truncated, intervention,
-    potential, next_potential (Phi(obs), Phi(next_obs) of a shaped reward, as the shaping counts them: 1 where
+    ended (the env's episode ended there, whatever the learner's flags say), potential, next_potential (Phi(obs), Phi(next_obs) of a shaped reward, as the shaping counts them: 1 where
     next_obs terminates; NaN where unknown: the learner then clips TD targets for any Phi)
 Every transition carries its own next observation and the base action at it, so an n-step walk may stop
 at any row and bootstrap from there: at an episode's end (auto-reset means the next row is another
@@ -30,9 +30,12 @@ from __future__ import annotations
 import numpy as np
 
 FLOAT_FIELDS = ("obs", "base_action", "action", "reward", "next_obs", "next_base_action")
-BOOL_FIELDS = ("terminated", "truncated", "intervention")
+# ended: the env's episode ended after this transition (its own end, or one the collector made): where a learned
+# classifier's success may pay once per env episode, a relabel finds the episodes by it (robot_rl/reward/shaping.py)
+BOOL_FIELDS = ("terminated", "truncated", "intervention", "ended")
 POTENTIAL_FIELDS = ("potential", "next_potential")  # float, NaN when unknown
-OPTIONAL_FIELDS = {"intervention": False, **dict.fromkeys(POTENTIAL_FIELDS, np.nan)}  # add()'s default when not given
+OPTIONAL_FIELDS = {"intervention": False, "ended": False,  # add()'s default when not given
+                   **dict.fromkeys(POTENTIAL_FIELDS, np.nan)}
 
 
 class Replay:
@@ -59,12 +62,14 @@ class Replay:
 
     def add(self, **fields) -> None:
         """Append one row: every field [N, ...] (all of FLOAT_FIELDS and terminated, truncated; intervention
-        defaults to False, potential and next_potential to NaN)."""
+        defaults to False, ended to terminated | truncated, potential and next_potential to NaN)."""
         missing = sorted(set(FLOAT_FIELDS + BOOL_FIELDS[:2]) - set(fields))
         unknown = sorted(set(fields) - set(self.data))
         if missing or unknown:
             raise KeyError(f"replay.add: missing fields {missing}, unknown fields {unknown}")
         p = self.written % self.rows
+        if "ended" not in fields:
+            fields["ended"] = np.asarray(fields["terminated"], bool) | np.asarray(fields["truncated"], bool)
         for k, arr in self.data.items():
             arr[p] = fields[k] if k in fields else OPTIONAL_FIELDS[k]
         self.written += 1
@@ -75,6 +80,7 @@ class Replay:
         if self.written:
             p = (self.written - 1) % self.rows
             self.data["truncated"][p] |= ~self.data["terminated"][p]
+            self.data["ended"][p] = True
 
     # ---- n-step -------------------------------------------------------------------------------------
     def nstep(self, rows: np.ndarray, envs: np.ndarray, n: int, gamma: float) -> dict[str, np.ndarray]:
@@ -131,6 +137,8 @@ class Replay:
         kept = min(int(state["written"]), self.rows)
         for k, v in self.data.items():
             v[:kept] = state[k] if k in state else OPTIONAL_FIELDS[k]  # replays saved before a field existed
+        if "ended" not in state:  # saved before it existed: the learner's episode ends are the best guess
+            self.data["ended"][:kept] = self.data["terminated"][:kept] | self.data["truncated"][:kept]
         self.written = int(state["written"])
 
 
@@ -220,7 +228,8 @@ def demo_replay(store, base, obs_keys: tuple[str, ...], reward: str = "success",
     out = Replay(len(idx) + int(extra_capacity), 1, obs.shape[1], action.shape[1])  # extra: room for corrections
     fields = dict(obs=obs[idx], base_action=base_action[idx], action=action[idx], reward=r[idx],
                   next_obs=obs[next_idx[idx]], next_base_action=base_action[next_idx[idx]],
-                  terminated=terminated[idx], truncated=truncated[idx], intervention=intervention[idx])
+                  terminated=terminated[idx], truncated=truncated[idx], intervention=intervention[idx],
+                  ended=terminated[idx] | truncated[idx])
     for k, v in fields.items():
         out.data[k][: len(idx), 0] = v
     out.written = len(idx)
@@ -236,4 +245,5 @@ def add_transitions(buffer: Replay, rows: dict[str, np.ndarray]) -> None:
     for i in range(len(rows["reward"])):
         one = {k: v[i: i + 1] for k, v in rows.items()}
         one["truncated"] = one["truncated"] | ~one["terminated"]
+        one["ended"] = np.ones(1, bool)
         buffer.add(**one)

@@ -33,15 +33,22 @@ from policies.residual import ResidualPolicy, compose
 from policies.runner import ChunkQueue, ObsHistory
 
 REWARDS = ("success", "env", "learned")
+CLASSIFIER_SUCCESS = ("once", "end", "every")  # what a learned classifier's success does in an env episode
 
 
 class Collector:
     def __init__(self, env, policy: ResidualPolicy, replay: Replay, reward: str = "success", explore_std: float = 0.0,
-                 seed: int = 0, learned=None, hil=None):
+                 seed: int = 0, learned=None, hil=None, online=None, classifier_success: str = "once"):
         """`explore_std`: std of the residual's exploration noise as a fraction of its scale (training passes
         rl.explore_std). `learned`: a robot_rl.reward.LearnedReward; required by reward="learned", optional shaping with
         "success" (then built with success="env"). `hil`: a robot_rl.hil.InterventionController (a human or the
-        scripted human) that may take over envs; its steps are executed, flagged and recorded."""
+        scripted human) that may take over envs; its steps are executed, flagged and recorded. `online`: a
+        robot_rl.reward.online.OnlineReward that records every episode and labels some (reward="learned").
+        `classifier_success` (reward="learned", CLASSIFIER_SUCCESS): what the classifier's success does in an env
+        episode: "once" pays its first fire (a learner termination) and nothing after, while the episode runs on to
+        the env's own end; "end" also ends the env's episode there (env.end_episodes); "every" pays every fire."""
+        if classifier_success not in CLASSIFIER_SUCCESS:
+            raise ValueError(f"classifier_success={classifier_success!r}; valid: {', '.join(CLASSIFIER_SUCCESS)}")
         if reward not in REWARDS:
             raise ValueError(f"reward={reward!r}; valid: {', '.join(REWARDS)}")
         if reward == "learned" and (learned is None or learned.success != "classifier"):
@@ -54,6 +61,9 @@ class Collector:
                              "'learned'")
         self.learned = learned
         self.hil = hil
+        self.online = online
+        self.classifier_success = classifier_success if reward == "learned" else "every"
+        self.fired = np.zeros(env.num_envs, bool)  # the classifier fired in the env's current episode
         self.human = np.zeros(env.num_envs, bool)  # who controlled each env at the last step
         self.env, self.policy, self.replay = env, policy, replay
         self.reward, self.explore_std = reward, float(explore_std)
@@ -81,6 +91,9 @@ class Collector:
         self.obs = self.policy.inputs(obs, self.policy.base_features(self._base_input()))
         self.obs_dict = obs
         self.ever_success[:] = False
+        self.fired[:] = False
+        if self.online is not None:
+            self.online.start(np.arange(self.env.num_envs), obs)
 
     def step(self, explore: bool = True) -> None:
         """One vector step of every env; writes one replay row."""
@@ -99,32 +112,49 @@ class Collector:
         final = info["final_obs"]
         if self.learned is not None:  # learned success (or env success) + shaping; may move terminations
             text = self.instruction if self.learned.reads_instruction else None  # obs' and final_obs' episode
-            r, l_term, l_trunc, *phi = self.learned.label(self.obs_dict, final, info["success"], term, trunc, text)
+            eligible = None if self.classifier_success == "every" else ~self.fired  # "once": the first fire pays
+            r, l_term, l_trunc, *phi = self.learned.label(self.obs_dict, final, info["success"], term, trunc, text,
+                                                          eligible=eligible)
             potentials = dict(zip(POTENTIAL_FIELDS, phi))
         else:  # the replay keeps NaN potentials: unknown
             r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
             l_term, l_trunc, potentials = term, trunc, {}
+        claimed = self.fired | (l_term if self.learned is not None else False)  # the classifier fired this episode
+        cut = (l_term & ~done) if self.classifier_success == "end" else np.zeros_like(done)  # it ended these
+        if cut.any():  # their next episodes start now; final (their last observation) stays as it was
+            ids = np.nonzero(cut)[0]
+            obs = {k: v.copy() for k, v in obs.items()}
+            for k, v in self.env.end_episodes(ids).items():
+                obs[k][ids] = v
+        ended = done | cut
         self.history.push(final)
         if human.any():  # the base's chunk went stale while the human drove: replan from here at hand-back
             self.queue.reset(np.nonzero(human)[0])
         next_base = np.zeros_like(self.base)
         features = self.policy.base_features(self._base_input())  # at final_obs, the ended episodes' instructions
-        # the base action at final_obs: where the env goes on (next step's base), or where the learner bootstraps
-        boot = np.nonzero(~term | l_trunc)[0]
+        # the base action at final_obs: where the env goes on (next step's base), or where the learner bootstraps;
+        # with a classifier, everywhere (a refit may turn its terminations into cuts that bootstrap)
+        boot = np.arange(len(term)) if self.reward == "learned" else np.nonzero(~term | l_trunc)[0]
         if len(boot):
             next_base[boot] = self.queue.next(self._base_input(), boot)  # the ended episodes' own instructions
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
                         next_obs=self.policy.inputs(final, features), next_base_action=next_base, terminated=l_term,
-                        truncated=l_trunc, intervention=intervention, **potentials)
+                        truncated=l_trunc, intervention=intervention, ended=ended, **potentials)
         if self.hil is not None:
-            self.hil.end_episodes(done)
+            self.hil.end_episodes(ended)
         self.human = human
         self.ever_success |= info["success"]
-        if done.any():
-            ids = np.nonzero(done)[0]
+        self.fired = claimed & ~ended
+        if self.online is not None:
+            self.online.push(final)
+        if ended.any():
+            ids = np.nonzero(ended)[0]
             for i in ids:
                 self.finished.append((bool(self.ever_success[i]), float(info["episode_return"][i]),
                                       int(info["episode_length"][i])))
+            if self.online is not None:  # the classifier's claim, and the simulator's verdict for the labeller
+                self.online.end(ids, claimed[ids], self.ever_success[ids])
+                self.online.start(ids, obs)
             self.ever_success[ids] = False
             self.history.reset(ids)
             self.queue.reset(ids)

@@ -44,8 +44,10 @@ from robot_rl.rl.learner import Learner, LearnerConfig
 from robot_rl.rl.replay import Replay, add_transitions, demo_replay, sample_mixed
 from policies.residual import ResidualConfig, ResidualPolicy, actor_state
 from robot_rl.common.config import check_whole, from_mapping
-from robot_rl.rl.rollout import REWARDS, Collector
+from robot_rl.rl.rollout import CLASSIFIER_SUCCESS, REWARDS, Collector
+from robot_rl.rl.guard import Guard, GuardConfig
 from robot_rl.rl.watch import EvalWatch
+from robot_rl.reward.online import LabelConfig, OnlineReward
 from robot_rl.common.run_dir import write_metrics
 
 # May change between a checkpoint and its resume: they set how long and how visibly the run goes on, not what
@@ -94,15 +96,28 @@ class ResidualRLConfig:
     final_eval: bool = True
     below_base_window: int = 60_000  # env steps evaluations may stay below the base's success before the run warns
     # (log + metrics.json "warnings"; 0: never). Whatever happens, policy/ is the best evaluated policy
+    # reward=learned: what the classifier's success does in an env episode (robot_rl/rl/rollout.py): once = its
+    # first fire pays and terminates the learner's episode, later fires pay nothing, the episode runs on to the env's
+    # own end | end = the first fire also ends the env's episode | every = every fire pays (a state where it fires
+    # falsely then pays every step it is held)
+    classifier_success: str = "once"
     seed: int = 0
     residual: ResidualConfig = dataclasses.field(default_factory=ResidualConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    # reward=learned: operator labels of training episodes and classifier refits (robot_rl/reward/online.py)
+    labels: LabelConfig = dataclasses.field(default_factory=LabelConfig)
+    # reward=learned: checked episodes that keep the run no worse than its base (robot_rl/rl/guard.py)
+    guard: GuardConfig = dataclasses.field(default_factory=GuardConfig)
 
     def __post_init__(self):
         if isinstance(self.residual, dict):
             self.residual = from_mapping(ResidualConfig, self.residual, "residual")
         if isinstance(self.learner, dict):
             self.learner = from_mapping(LearnerConfig, self.learner, "learner")
+        if isinstance(self.labels, dict):
+            self.labels = from_mapping(LabelConfig, self.labels, "labels")
+        if isinstance(self.guard, dict):
+            self.guard = from_mapping(GuardConfig, self.guard, "guard")
         check_whole(self, {"env_steps": 1, "learning_starts": 0, "replay_capacity": 1, "eval_every": 0,
                            "eval_episodes": 1, "final_eval_episodes": 0, "videos": 0, "eval_seed": 0, "log_every": 1,
                            "ckpt_every": 1, "keep_checkpoints": 1, "seed": 0, "shaping_decay_steps": 0,
@@ -116,6 +131,10 @@ class ResidualRLConfig:
             raise ValueError(f"reward={self.reward!r}; valid: {', '.join(REWARDS)}")
         if self.reward == "learned" and not self.reward_model:
             raise ValueError("reward=learned needs reward_model=PATH (a robot-rl-train-reward run directory)")
+        if self.reward == "learned":
+            self.labels.check_budget()
+        if self.classifier_success not in CLASSIFIER_SUCCESS:
+            raise ValueError(f"classifier_success={self.classifier_success!r}; valid: {', '.join(CLASSIFIER_SUCCESS)}")
         if self.reward == "env" and self.reward_model:
             raise ValueError("reward=env is already dense; a reward_model (classifier, shaping) goes with "
                              "reward=learned or reward=success")
@@ -195,6 +214,19 @@ class ResidualWorkspace:
 
             self.learned_reward = from_config(cfg.reward_model, cfg.reward, cfg.shaping, cfg.learner.gamma,
                                               [e for e in (env, eval_env) if e is not None])
+        self.online = None  # reward=learned: robot_rl.reward.online.OnlineReward (operator labels, classifier refits)
+        self.guard = None  # reward=learned: robot_rl.rl.guard.Guard (checked episodes, rollbacks)
+        if cfg.reward == "learned":
+            from robot_rl.reward.online import original_episodes
+
+            refits = cfg.labels.refit_every and cfg.labels.labels
+            original = original_episodes(self.learned_reward.model, demo_store) if refits else None
+            self.online = OnlineReward(self.learned_reward, cfg.labels, env.num_envs, env.task.cfg.episode_steps,
+                                       original, seed=cfg.seed + 2)
+            self.guard = Guard(cfg.guard)
+        self.best_state = None  # the learner at the guard's best vouched policy: what a rollback returns to
+        self.last_check = 0  # env step of the guard's last check
+        self.check_now = False  # the classifier's claims turned out false: check before the next interval
         self.hil = None  # robot_rl.hil.InterventionController when cfg.interventions is set
         if cfg.interventions == "scripted":
             from robot_rl.hil import InterventionController
@@ -211,9 +243,11 @@ class ResidualWorkspace:
                 from robot_rl.reward.shaping import relabel_replay
 
                 relabel_replay(self.demos, self.learned_reward, self.policy.obs_keys, dict(env.obs_dims),
-                               store=demo_store)  # frames / instructions of image / language reward models
+                               store=demo_store,  # frames / instructions of image / language reward models
+                               once=cfg.classifier_success != "every")
         self.collector = Collector(env, self.policy, self.replay, cfg.reward, cfg.explore_std, seed=cfg.seed + 1,
-                                   learned=self.learned_reward, hil=self.hil)
+                                   learned=self.learned_reward, hil=self.hil, online=self.online,
+                                   classifier_success=cfg.classifier_success)
         self.env_steps = 0
         self.episodes = 0
         self.owed = 0.0  # fractional updates carried over (utd * N need not be whole)
@@ -238,6 +272,11 @@ class ResidualWorkspace:
         }
         if self.cfg.save_replay:
             train["replay"] = checkpoint.flatten(self.replay.state(), "replay", tensors)
+        if self.guard is not None:
+            train["guard"] = {"state": self.guard.state(), "last_check": self.last_check,
+                              "best": checkpoint.flatten(self.best_state, "guard_best", tensors)}
+            train["online"] = checkpoint.flatten({"state": self.online.state(), "arrays": self.online.arrays()},
+                                                 "online", tensors)
         train.update(self.extra_state(tensors))
         return checkpoint.save_training(self.ckpt_dir, self.env_steps, self.policy, tensors, train,
                                         self.cfg.keep_checkpoints, width=9)
@@ -259,6 +298,14 @@ class ResidualWorkspace:
         self.owed, self.stats_frozen = float(train["owed"]), bool(train["stats_frozen"])
         self.train_time, self.starts = float(train["train_time"]), int(train["starts"])
         self.watch.load_state(train.get("watch", {}))  # checkpoints before the watch have none
+        if self.guard is not None:  # reward=learned (the resume config holds the reward: both sides have them)
+            self.guard.load_state(train["guard"]["state"])
+            self.last_check = int(train["guard"]["last_check"])
+            self.best_state = checkpoint.unflatten(train["guard"]["best"], tensors)
+            online = checkpoint.unflatten(train["online"], tensors)
+            self.online.load_state(online["state"], online["arrays"])
+            if self.online.refits and self.demos is not None:  # built above with the classifier as trained
+                self.relabel(online=False)
         self.load_extra_state(train, tensors)
         return True
 
@@ -345,6 +392,91 @@ class ResidualWorkspace:
         self.policy.actor.load_state_dict(weights)
         return current
 
+    # ---- reward=learned: operator labels, refits, checks and rollbacks (robot_rl/reward/online.py, rl/guard.py) --
+    def relabel(self, online: bool = True) -> None:
+        """Rewards and terminations of the demo buffer (and the online replay) from the current classifier."""
+        from robot_rl.reward.shaping import relabel_replay
+
+        dims = dict(self.env.obs_dims)
+        for buf in ([self.replay] if online else []) + ([self.demos] if self.demos is not None else []):
+            relabel_replay(buf, self.learned_reward, self.policy.obs_keys, dims,
+                           once=self.cfg.classifier_success != "every")
+
+    def after_labels(self, log) -> None:
+        """After a vector step: the labeller's warnings (a check follows at once), a refit when one is due."""
+        for msg in self.online.pop_warnings():
+            self._warn(msg)
+            self.check_now = True
+        if self.online.refit_due():
+            figures = self.online.refit()
+            self.relabel()
+            log.scalars({k: v for k, v in figures.items() if isinstance(v, (int, float))}, self.env_steps,
+                        prefix="labels/refit_")
+
+    def snapshot(self) -> dict:
+        """The learner as it is now (actor, critics, optimizers), for a later rollback."""
+        import copy
+
+        return {"env_steps": self.env_steps, "stats_frozen": self.stats_frozen,
+                "actor": {k: v.clone() for k, v in self.policy.actor.state_dict().items()},
+                "learner": copy.deepcopy(self.learner.state())}
+
+    def restore(self, snap: dict) -> None:
+        import copy
+
+        self.policy.actor.load_state_dict(snap["actor"])
+        self.learner.load_state(copy.deepcopy(snap["learner"]))
+        if self.stats_frozen and not snap["stats_frozen"]:  # a snapshot from before the statistics were fixed
+            self.freeze_obs_stats()
+
+    def check(self, log, episodes: int) -> str:
+        """A guard check of the current policy: `episodes` episodes, each labelled (robot time and labels, counted);
+        a new best is snapshotted, a regression rolls back or stops as rl.guard.on_regression says."""
+        from robot_rl.evaluation import evaluate_policy
+
+        env = self.eval_env if self.eval_env is not None else self.env
+        m = evaluate_policy(env, self.policy, episodes, seed=self.guard.next_seed())
+        if self.eval_env is None:
+            self.restart_envs()
+        reported = len(self.guard.warnings)
+        decision = self.guard.record(m, self.env_steps)
+        self.last_check, self.check_now = self.env_steps, False
+        log.scalars({"success_rate": m["success_rate"], "labels": self.guard.labels + self.online.labelled,
+                     "robot_minutes": self.robot_minutes()}, self.env_steps, prefix="guard/")
+        if decision == "best":
+            self.best_state = self.snapshot()
+            self.save_best()
+        elif decision in ("rollback", "stop"):
+            self.restore(self.best_state)
+        for msg in self.guard.warnings[reported:]:
+            self._warn(msg)
+        return decision
+
+    def robot_minutes(self) -> float:
+        """Robot time so far: training env steps and checked episodes, at the env's control rate."""
+        steps = self.env_steps + (self.guard.robot_steps if self.guard is not None else 0)
+        return steps / float(self.env.cfg.control_hz) / 60.0
+
+    def finish_by_checks(self, log, evaluate) -> dict | None:
+        """reward=learned, at the end: the last policy's check (unless the run stopped), then the best vouched
+        policy goes into the actor. Returns the sim evaluation of the last policy when it is not the one kept (a
+        study figure: simulator success never picks the policy), else None."""
+        if self.guard.stopped_at is not None:  # check() has restored the best vouched policy
+            return None
+        last = {k: v.clone() for k, v in self.policy.actor.state_dict().items()}
+        decision = self.check(log, self.cfg.guard.base_episodes)
+        if decision == "best":
+            return None
+        if decision not in ("rollback", "stop"):  # those restored it already
+            self.restore(self.best_state)
+        if not self.cfg.final_eval:
+            return None
+        kept = self.swap_actor(last)
+        try:
+            return evaluate()
+        finally:
+            self.swap_actor(kept)
+
     def keep_best(self, final: dict, evaluate) -> dict:
         """policy/ is the best evaluated policy. `final` is the last policy's final evaluation; when an earlier
         evaluation (the base's included) scored higher, that policy is evaluated on the same episodes too
@@ -413,6 +545,8 @@ class ResidualWorkspace:
         """Train until the budget is spent; `progress(env_steps)` is called after every vector step."""
         cfg, n = self.cfg, self.env.num_envs
         self.evaluate_base(log)  # unless the caller did (the CLI, with a progress bar)
+        if self.guard is not None and self.guard.base is None:  # the base's check: what "worse" is measured against
+            self.check(log, cfg.guard.base_episodes)
         self.restart_envs()
         clock = TrainingClock(self.train_time)  # training time excludes evaluations
         start_steps, saved_at = self.env_steps, None
@@ -433,15 +567,25 @@ class ResidualWorkspace:
             self.env_steps += n
             # 2. utd * N gradient updates once learning has started
             self.learn(n, window)
+            if self.online is not None:  # refits count as training time
+                self.after_labels(log)
             self.train_time = clock.now()
-            # 3. logs, evaluation, checkpoints
+            # 3. checks (reward=learned), logs, evaluation, checkpoints
+            if self.guard is not None and self.env_steps < cfg.env_steps and (
+                    self.check_now or self.guard.due(self.env_steps, self.last_check)):
+                with clock.paused():
+                    if self.check(log, cfg.guard.episodes) == "stop":
+                        self.save()
+                        saved_at = self.env_steps
+                        break
             if crossed(cfg.log_every):
                 flush_log()
             if crossed(cfg.eval_every) and self.env_steps < cfg.env_steps:
                 with clock.paused():
                     m = self.evaluate()
                 log.evaluation(m, self.env_steps, self.train_time)
-                self.note_eval(m)
+                if self.guard is None:  # with a learned reward, checks pick the policy (simulator success: a figure)
+                    self.note_eval(m)
             if crossed(cfg.ckpt_every):
                 self.save()
                 saved_at = self.env_steps
@@ -452,13 +596,26 @@ class ResidualWorkspace:
         if saved_at != self.env_steps:
             self.save()
         final = None
-        if cfg.final_eval:
-            episodes = cfg.final_eval_episodes or cfg.eval_episodes
+        episodes = cfg.final_eval_episodes or cfg.eval_episodes
+        if self.guard is not None:
+            with clock.paused():
+                last = self.finish_by_checks(log, lambda: self.evaluate(episodes))
+                if cfg.final_eval:
+                    final = self.evaluate(episodes, videos=cfg.videos)
+                    log.evaluation(final, self.env_steps, self.train_time)
+                    b = self.guard.best
+                    which = "last" if last is None and self.guard.stopped_at is None else "best"
+                    final = {**final, "policy_from": {"env_steps": b["env_steps"], "which": which, "by": "checks"}}
+                    if last is not None:
+                        final["last_eval"] = {k: v for k, v in last.items() if k != "episode_ids"}
+        elif cfg.final_eval:
             with clock.paused():
                 final = self.evaluate(episodes, videos=cfg.videos)
                 log.evaluation(final, self.env_steps, self.train_time)
                 final = self.keep_best(final, lambda: self.evaluate(episodes, videos=cfg.videos))
         self.policy.save(self.run_dir / "policy")
+        if self.online is not None and self.online.refits:  # the classifier as the labels left it
+            self.learned_reward.model.save(self.run_dir / "reward_model")
         log.plot(self.run_dir / "curves.png",
                  ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean", "residual/abs_mean",
                   "perf/updates_per_s"], title=f"residual RL {self.env.cfg.task}")
@@ -467,8 +624,18 @@ class ResidualWorkspace:
                 "env_steps_this_session": self.env_steps - start_steps, **self.watch_summary()}
 
     def watch_summary(self) -> dict:
-        """metrics.json entries of the watch: base_eval, best_eval and the warnings so far."""
-        return {"base_eval": self.watch.base_eval, "best_eval": self.watch.best, "warnings": list(self.watch.warnings)}
+        """metrics.json entries of the watch: base_eval, best_eval and the warnings so far; with a learned reward
+        also the guard's checks, the operator labels and robot minutes (training and checked episodes)."""
+        out = {"base_eval": self.watch.base_eval, "best_eval": self.watch.best, "warnings": list(self.watch.warnings)}
+        if self.guard is not None:
+            hz = float(self.env.cfg.control_hz)
+            out["warnings"] += self.online.warnings + self.guard.warnings
+            out["guard"] = self.guard.summary()
+            out["labels"] = {**self.online.summary(), "checked_episodes": self.guard.labels,
+                             "total": self.online.labelled + self.guard.labels}
+            out["robot_minutes"] = {"training": self.env_steps / hz / 60.0,
+                                    "checks": self.guard.robot_steps / hz / 60.0, "total": self.robot_minutes()}
+        return out
 
     def _log(self, log, metrics: list[dict], updates_per_s: float, env_steps_per_s: float) -> None:
         step = self.env_steps
@@ -502,6 +669,12 @@ class ResidualWorkspace:
                          "head_std": mean["q_head_std"], "target_mean": mean["target_mean"]}, step, prefix="q/")
             log.scalar("perf/updates_per_s", updates_per_s, step)
         log.scalars({"env_steps_per_s": env_steps_per_s, "updates": self.learner.updates}, step, prefix="perf/")
+        if self.online is not None:
+            o = self.online
+            log.scalars({"labelled": o.labelled, "claimed_false": o.counts["claimed_false"],
+                         "missed_success": o.counts["missed_success"], "refits": o.refits,
+                         **({"claim_precision": o.precision} if o.precision is not None else {})}, step,
+                        prefix="labels/")
 
 
 def train(env, base, cfg: ResidualRLConfig, run_dir, log=None, demo_store=None, eval_env=None, progress=None) -> dict:

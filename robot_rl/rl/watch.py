@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from robot_rl.rl.guard import below
+
 
 @dataclasses.dataclass
 class EvalWatch:
@@ -48,7 +50,7 @@ class EvalWatch:
             self.best = {"env_steps": int(step), "success_rate": s, "episodes": int(m["episodes"])}
         if self.base_eval is None or not self.below_base_window or step == 0:
             return improved, None
-        if float(m["success_ci95"][1]) >= self.base_eval["success_rate"]:
+        if not below(m, self.base_eval["success_rate"]):
             self.below_since, self.warned = None, False
             return improved, None
         if self.below_since is None:

@@ -271,15 +271,19 @@ class MjxBatchedEnv(BatchedEnv):
                     obs[k][idx] = v
         return obs, np.asarray(s["reward"]), done, info
 
-    def _restart(self, idx: np.ndarray) -> dict:
+    def _restart(self, idx: np.ndarray, advance: bool = False) -> dict:
         if self.state is None:
-            raise RuntimeError("call reset(seed) before restart()")
-        # Every env's current episode from its start (the batch reset, compiled already), kept where idx says;
-        # metrics (invalid-action counts) carry on.
-        fresh = self.mjx.reset(self.state.info["key"], self.state.info["episode"])
+            raise RuntimeError("call reset(seed) before restart() / end_episodes()")
+        # Every env's current (or, advancing, next) episode from its start (the batch reset, compiled already),
+        # kept where idx says; metrics (invalid-action counts) carry on.
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[idx] = True
-        keep = self.mjx.select(jnp.asarray(mask, device=self.mjx.device), fresh, self.state)
+        mask_dev = jnp.asarray(mask, device=self.mjx.device)
+        episode = self.state.info["episode"]
+        if advance:
+            episode = episode + mask_dev.astype(episode.dtype)
+        fresh = self.mjx.reset(self.state.info["key"], episode)
+        keep = self.mjx.select(mask_dev, fresh, self.state)
         self.state = keep.replace(metrics=self.state.metrics)
         obs = {k: v[idx] for k, v in _to_numpy(self.state.obs).items()}
         if self.cameras and len(idx):

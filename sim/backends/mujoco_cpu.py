@@ -151,9 +151,11 @@ class MujocoEnv(BatchedEnv):
         self._seeded = True
         return self._observe()
 
-    def _restart(self, idx: np.ndarray) -> dict:
+    def _restart(self, idx: np.ndarray, advance: bool = False) -> dict:
         if not self._seeded:
-            raise RuntimeError("call reset(seed) before restart()")
+            raise RuntimeError("call reset(seed) before restart() / end_episodes()")
+        if advance:
+            self.episode[idx] += 1
         self._reset_envs(idx)
         obs = {k: v[idx] for k, v in self._observe(images=False).items()}
         if self.cameras and len(idx):

@@ -118,7 +118,7 @@ class EnvActor(BatchActor):
             self.hil = InterventionController(n, ScriptedHuman(self.env, ScriptedHumanConfig(**hil)))
         self.local = Replay(self.batch_steps * n, n, self.policy.actor.obs_dim, self.env.action_dim)
         self.collector = Collector(self.env, self.policy, self.local, reward["reward"], explore_std, seed=seed + 1,
-                                   learned=learned, hil=self.hil)
+                                   learned=learned, hil=self.hil, classifier_success=reward["classifier_success"])
         self.collector.start(seed=seed)
 
     def set_weights(self, weights: dict, version: int) -> None:

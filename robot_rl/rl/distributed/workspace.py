@@ -54,10 +54,14 @@ class DistributedWorkspace(ResidualWorkspace):
         # Humans act at the actors (each env actor its own scripted human, robots through the node's teleop topic):
         # the learner keeps only their bookkeeping.
         self.hil = InterventionLedger() if self.takes_interventions() else None
+        # Operator labels, refits and checks (rl.labels, rl.guard) run in single-process training: the actors
+        # train on the classifier as it is, and the final evaluation picks the policy.
+        self.online = self.guard = None
         self.base_path = str(Path(base_path).resolve()) if base_path else None
         self.env_cfg = dataclasses.asdict(env.cfg)
         self.eval_env_cfg = dataclasses.asdict((eval_env if eval_env is not None else env).cfg)
         self.reward_args = {"reward": cfg.reward, "shaping": cfg.shaping, "gamma": cfg.learner.gamma,
+                            "classifier_success": cfg.classifier_success,
                             "reward_model": str(Path(cfg.reward_model).resolve()) if cfg.reward_model else None}
         run_id = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:12]
         self.actor_prefix = f"robot_rl-{run_id}-actor"

@@ -1,0 +1,128 @@
+"""Never worse than the base, judged by what a robot has: checked episodes (rl.reward=learned).
+
+On a robot nothing but the operator says whether the policy succeeds, so a run on learned rewards cannot pick its
+policy by simulator evaluations. The guard checks instead: a check is `episodes` episodes of the current policy
+(the deterministic residual), each labelled by the operator (in sim the scripted labeller answers from the
+simulator's success); they cost robot time and labels, and both are counted. The base alone is checked first
+(env step 0, `base_episodes`), then the policy every `every` env steps (and at once when the classifier's claims
+turn out mostly false, robot_rl/reward/online.py), and the last policy at the end (`base_episodes`).
+
+A check whose 95% interval (Wilson) lies wholly below the base's checked success is a regression:
+    on_regression=warn      one warning line; training goes on
+    on_regression=rollback  the learner (actor, critics, optimizers) returns to the best vouched policy; once
+                            `max_rollbacks` rollbacks are spent, the next regression stops the run there
+    on_regression=stop      the run stops at the best vouched policy
+Vouched: a check that is not a regression. The best vouched policy has the highest checked success (the base's zero
+residual included, a later check wins a tie); it is what the run saves as policy/.
+
+    guard = Guard(GuardConfig())
+    decision = guard.record(m, env_steps)    # m: robot_rl.evaluation metrics of a check
+    # "best" (snapshot the learner), "vouched", "warn", "rollback" or "stop"; guard.warnings holds the lines
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+ACTIONS = ("warn", "rollback", "stop")
+
+
+@dataclasses.dataclass
+class GuardConfig:
+    """Checked episodes of reward=learned runs (rl.guard.*)."""
+
+    every: int = 20_000  # env steps between checks of the current policy (0: only the base's and the final one)
+    episodes: int = 20  # episodes of one check (each one operator label and its robot time)
+    base_episodes: int = 50  # episodes of the base's check at env step 0 and of the final check
+    on_regression: str = "rollback"  # warn | rollback | stop, when a check lies below the base
+    max_rollbacks: int = 2  # rollbacks before a regression stops the run
+    seed: int = 500_000  # env seed of the first check; check k uses seed + k (not the evaluations' or training's)
+
+    def __post_init__(self):
+        for k, lo in (("every", 0), ("episodes", 1), ("base_episodes", 1), ("max_rollbacks", 0), ("seed", 0)):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"guard.{k}={v!r} must be a whole number >= {lo}")
+        if self.on_regression not in ACTIONS:
+            raise ValueError(f"guard.on_regression={self.on_regression!r}; valid: {', '.join(ACTIONS)}")
+
+
+def below(m: dict, rate: float) -> bool:
+    """The evaluation's 95% interval lies wholly below `rate` (not noise: 15 of 100 against 0.20 is not below)."""
+    return float(m["success_ci95"][1]) < rate
+
+
+@dataclasses.dataclass
+class Guard:
+    cfg: GuardConfig = dataclasses.field(default_factory=GuardConfig)
+    base: dict | None = None  # {"successes", "episodes", "success_rate"} of the base's check
+    best: dict | None = None  # {"env_steps", "successes", "episodes", "success_rate"} of the best vouched policy
+    checks: list = dataclasses.field(default_factory=list)  # every check: env_steps, successes, episodes, decision
+    labels: int = 0  # operator labels the checks used (one per episode)
+    robot_steps: int = 0  # env steps the checked episodes took
+    rollbacks: int = 0
+    stopped_at: int | None = None  # env step the run stopped at, when it did
+    warnings: list = dataclasses.field(default_factory=list)
+
+    def next_seed(self) -> int:
+        return self.cfg.seed + len(self.checks)
+
+    def due(self, env_steps: int, last_check: int) -> bool:
+        return bool(self.cfg.every) and env_steps - last_check >= self.cfg.every
+
+    def record(self, m: dict, env_steps: int) -> str:
+        """A check's metrics (robot_rl.evaluation: successes, episodes, success_ci95, mean_length) at `env_steps`:
+        "best" (a new best vouched policy: snapshot it), "vouched", or on a regression "warn", "rollback", "stop"."""
+        k, n = int(m["successes"]), int(m["episodes"])
+        self.labels += n
+        self.robot_steps += int(round(float(m["mean_length"]) * n))
+        row = {"env_steps": int(env_steps), "successes": k, "episodes": n, "success_rate": k / n}
+        if self.base is None:
+            self.base = {"successes": k, "episodes": n, "success_rate": k / n}
+            decision = "best"
+        elif below(m, self.base["success_rate"]):
+            decision = self._regression(m, row)
+        elif self.best is None or row["success_rate"] >= self.best["success_rate"]:
+            decision = "best"
+        else:
+            decision = "vouched"
+        if decision == "best":
+            self.best = dict(row)
+        self.checks.append({**row, "decision": decision})
+        return decision
+
+    def _regression(self, m: dict, row: dict) -> str:
+        action = self.cfg.on_regression
+        if action == "rollback" and self.rollbacks >= self.cfg.max_rollbacks:
+            action = "stop"
+        b, best = self.base, self.best
+        lo, hi = m["success_ci95"]
+        what = (f"check at env step {row['env_steps']}: {row['successes']} of {row['episodes']} episodes succeeded "
+                f"(95% CI {lo:.2f}-{hi:.2f}), below the base's {b['success_rate']:.2f} ({b['successes']} of "
+                f"{b['episodes']}): the policy got worse")
+        there = f"the policy of env step {best['env_steps']} (checked {best['success_rate']:.2f})"
+        if action == "warn":
+            msg = f"{what}; training goes on (rl.guard.on_regression=warn)"
+        elif action == "rollback":
+            self.rollbacks += 1
+            msg = (f"{what}; rolled back to {there}, rollback {self.rollbacks} of rl.guard.max_rollbacks="
+                   f"{self.cfg.max_rollbacks}")
+        else:
+            self.stopped_at = row["env_steps"]
+            why = ("rl.guard.on_regression=stop" if self.cfg.on_regression == "stop" else
+                   f"rl.guard.max_rollbacks={self.cfg.max_rollbacks} spent")
+            msg = f"{what}; training stopped at {there} ({why}). Check the reward model (rl.reward_model)"
+        self.warnings.append(msg)
+        return action
+
+    def summary(self) -> dict:
+        return {"base": self.base, "best": self.best, "checks": list(self.checks), "labels": self.labels,
+                "robot_steps": self.robot_steps, "rollbacks": self.rollbacks, "stopped_at": self.stopped_at}
+
+    def state(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "cfg"}
+
+    def load_state(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
