@@ -170,6 +170,18 @@ def text_file(tmp: Path, name: str, text: str) -> Path:
     return tmp / name
 
 
+def reward_model(tmp: Path, task: str = "lift", threshold: float = 0.5) -> Path:
+    """An (untrained) reward model of `task` saved under tmp; threshold 2.0: a classifier that never fires."""
+    import sim
+    from robot_rl.reward import RewardModel, RewardSpec
+
+    env = sim.make(task, num_envs=1)
+    model = RewardModel.build(RewardSpec(task=task, obs_dims=dict(env.obs_dims)), hidden=(8,))
+    env.close()
+    model.threshold = threshold
+    return model.save(tmp / f"reward_{task}")
+
+
 def write(rel: str, text: str):
     def edit(run: Path):
         (run / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -395,6 +407,16 @@ ROWS = [
         ("in use by another process (pid ",), locked=True),
     Row("residual-added-key", "robot-rl-train-residual", lambda t, d: rl_args(t, d, "+foo=1"),
         ("unknown key 'foo'",)),
+    Row("residual-reward-model-of-another-task", "robot-rl-train-residual",
+        lambda t, d: rl_args(t, d, "rl.reward=learned", f"rl.reward_model={reward_model(d, 'push')}"),
+        ("task: reward model 'push', env 'lift'",)),
+    Row("residual-label-budget-zero", "robot-rl-train-residual",
+        lambda t, d: rl_args(t, d, "rl.reward=learned", f"rl.reward_model={reward_model(d)}", "rl.labels.fraction=0"),
+        ("rl.labels.fraction=0 gives no operator labels", "rl.labels.refit_every=5")),
+    Row("residual-classifier-never-fires-on-the-demos", "robot-rl-train-residual",
+        lambda t, d: rl_args(t, d, "rl.reward=learned", f"rl.reward_model={reward_model(d, threshold=2.0)}",
+                             f"demos={t.store}"),
+        ("fires on 0 of 4 successful demo episodes", "TPR 0.00")),
     # ---- robot-rl-train-reward ------------------------------------------------------------------------------------
     Row("reward-data-unset", "robot-rl-train-reward", lambda t, d: ["steps=2", f"hydra.run.dir={fresh_run(d)}"],
         ("data",)),

@@ -137,6 +137,7 @@ def main(cfg: DictConfig) -> None:
     from policies import SpecMismatch
     from robot_rl.common.checkpoint import CheckpointError
     from robot_rl.cli.train_bc import open_store
+    from robot_rl.reward.online import RewardModelRefused
     from robot_rl.rl.train import ResidualWorkspace, from_scratch, write_results
     from robot_rl.common.run_log import RunLog
 
@@ -178,7 +179,7 @@ def main(cfg: DictConfig) -> None:
                 print(f"distributed: {dist.actors} env actors x {env_cfg.num_envs} envs{robots} on {where}")
             else:
                 ws = ResidualWorkspace(run_dir, rl, env, base, demo_store=store, eval_env=eval_env)
-        except (SpecMismatch, CheckpointError) as e:
+        except (SpecMismatch, CheckpointError, RewardModelRefused) as e:
             fail(str(e))
         warnings = []
         if ws.learned_reward is not None:  # the base's weights hash: hashed once, for the resume check

@@ -39,6 +39,11 @@ from robot_rl.reward import labels as L
 from robot_rl.reward.metrics import threshold_for_tpr
 
 SOURCES = ("scripted", "none")
+MIN_DEMO_TPR = 0.05  # a classifier that fires on fewer of the demos' successful endings is refused before RL
+
+
+class RewardModelRefused(ValueError):
+    """The reward model cannot drive RL at all (e.g. its classifier never fires on the demos' successes)."""
 
 
 @dataclasses.dataclass
@@ -312,3 +317,29 @@ def original_episodes(model, demo_store=None):
         return load_episodes(stores, model.spec, neighbor_keys=None)
     except RewardDataError:
         return None
+
+
+def check_fires_on_demos(model, episodes, path: str = "the reward model") -> float:
+    """The classifier's TPR on successful episodes' endings (it fires on one of an episode's last positive_frames
+    states, as it was trained to); RewardModelRefused below MIN_DEMO_TPR, naming the measured TPR. `episodes`:
+    robot_rl.reward.episodes.Episodes with successes (e.g. the run's demos)."""
+    from robot_rl.reward.train import RewardTrainConfig
+
+    won = np.nonzero(episodes.success)[0]
+    if not len(won):
+        return float("nan")
+    k = RewardTrainConfig().positive_frames
+    ends = np.asarray(episodes.ends)
+    starts = np.concatenate([[0], ends[:-1]])
+    ranges = [np.arange(max(ends[e] - k, starts[e]), ends[e]) for e in won]
+    rows = np.concatenate(ranges)
+    fired = model.success({key: v[rows] for key, v in episodes.obs.items() if key in model.spec.inputs})
+    detected = np.zeros(len(won), bool)
+    np.logical_or.at(detected, np.repeat(np.arange(len(won)), [len(r) for r in ranges]), fired)
+    tpr = float(detected.mean())
+    if tpr < MIN_DEMO_TPR:
+        raise RewardModelRefused(
+            f"the success classifier of {path} fires on {int(detected.sum())} of {len(won)} successful demo "
+            f"episodes' endings (TPR {tpr:.2f} < {MIN_DEMO_TPR:g} at its threshold {model.threshold:.3f}): it would "
+            "never pay a success. Retrain it with robot-rl-train-reward on these demos and rollouts of the base")
+    return tpr

@@ -7,7 +7,8 @@ simulator's success); they cost robot time and labels, and both are counted. The
 (env step 0, `base_episodes`), then the policy every `every` env steps (and at once when the classifier's claims
 turn out mostly false, robot_rl/reward/online.py), and the last policy at the end (`base_episodes`).
 
-A check whose 95% interval (Wilson) lies wholly below the base's checked success is a regression:
+A check whose 95% interval (Wilson) lies wholly below the base's checked success is below the base; `patience`
+such checks in a row (a dip that persists: residual RL often dips once while its critics learn) are a regression:
     on_regression=warn      one warning line; training goes on
     on_regression=rollback  the learner (actor, critics, optimizers) returns to the best vouched policy; once
                             `max_rollbacks` rollbacks are spent, the next regression stops the run there
@@ -34,12 +35,14 @@ class GuardConfig:
     every: int = 20_000  # env steps between checks of the current policy (0: only the base's and the final one)
     episodes: int = 20  # episodes of one check (each one operator label and its robot time)
     base_episodes: int = 50  # episodes of the base's check at env step 0 and of the final check
-    on_regression: str = "rollback"  # warn | rollback | stop, when a check lies below the base
+    on_regression: str = "rollback"  # warn | rollback | stop, when `patience` checks in a row lie below the base
+    patience: int = 2  # consecutive checks below the base that make a regression (1: the first one)
     max_rollbacks: int = 2  # rollbacks before a regression stops the run
     seed: int = 500_000  # env seed of the first check; check k uses seed + k (not the evaluations' or training's)
 
     def __post_init__(self):
-        for k, lo in (("every", 0), ("episodes", 1), ("base_episodes", 1), ("max_rollbacks", 0), ("seed", 0)):
+        for k, lo in (("every", 0), ("episodes", 1), ("base_episodes", 1), ("patience", 1), ("max_rollbacks", 0),
+                      ("seed", 0)):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ValueError(f"guard.{k}={v!r} must be a whole number >= {lo}")
@@ -61,6 +64,7 @@ class Guard:
     labels: int = 0  # operator labels the checks used (one per episode)
     robot_steps: int = 0  # env steps the checked episodes took
     rollbacks: int = 0
+    below_in_a_row: int = 0  # consecutive checks below the base so far
     stopped_at: int | None = None  # env step the run stopped at, when it did
     warnings: list = dataclasses.field(default_factory=list)
 
@@ -72,7 +76,8 @@ class Guard:
 
     def record(self, m: dict, env_steps: int) -> str:
         """A check's metrics (robot_rl.evaluation: successes, episodes, success_ci95, mean_length) at `env_steps`:
-        "best" (a new best vouched policy: snapshot it), "vouched", or on a regression "warn", "rollback", "stop"."""
+        "best" (a new best vouched policy: snapshot it), "vouched", "below" (below the base, not yet `patience` in a
+        row), or on a regression "warn", "rollback", "stop"."""
         k, n = int(m["successes"]), int(m["episodes"])
         self.labels += n
         self.robot_steps += int(round(float(m["mean_length"]) * n))
@@ -81,13 +86,16 @@ class Guard:
             self.base = {"successes": k, "episodes": n, "success_rate": k / n}
             decision = "best"
         elif below(m, self.base["success_rate"]):
-            decision = self._regression(m, row)
+            self.below_in_a_row += 1
+            decision = "below" if self.below_in_a_row < self.cfg.patience else self._regression(m, row)
         elif self.best is None or row["success_rate"] >= self.best["success_rate"]:
             decision = "best"
         else:
             decision = "vouched"
         if decision == "best":
             self.best = dict(row)
+        if decision in ("best", "vouched", "warn", "rollback"):
+            self.below_in_a_row = 0
         self.checks.append({**row, "decision": decision})
         return decision
 
@@ -99,7 +107,7 @@ class Guard:
         lo, hi = m["success_ci95"]
         what = (f"check at env step {row['env_steps']}: {row['successes']} of {row['episodes']} episodes succeeded "
                 f"(95% CI {lo:.2f}-{hi:.2f}), below the base's {b['success_rate']:.2f} ({b['successes']} of "
-                f"{b['episodes']}): the policy got worse")
+                f"{b['episodes']}), {self.below_in_a_row} checks in a row: the policy got worse")
         there = f"the policy of env step {best['env_steps']} (checked {best['success_rate']:.2f})"
         if action == "warn":
             msg = f"{what}; training goes on (rl.guard.on_regression=warn)"

@@ -217,10 +217,16 @@ class ResidualWorkspace:
         self.online = None  # reward=learned: robot_rl.reward.online.OnlineReward (operator labels, classifier refits)
         self.guard = None  # reward=learned: robot_rl.rl.guard.Guard (checked episodes, rollbacks)
         if cfg.reward == "learned":
-            from robot_rl.reward.online import original_episodes
+            from robot_rl.reward.online import check_fires_on_demos, original_episodes
 
+            model = self.learned_reward.model
+            if demo_store is not None:  # a classifier that never fires on the demos' successes is refused here
+                from robot_rl.reward.episodes import load_episodes
+
+                check_fires_on_demos(model, load_episodes([demo_store], model.spec, neighbor_keys=None),
+                                     str(cfg.reward_model))
             refits = cfg.labels.refit_every and cfg.labels.labels
-            original = original_episodes(self.learned_reward.model, demo_store) if refits else None
+            original = original_episodes(model, demo_store) if refits else None
             self.online = OnlineReward(self.learned_reward, cfg.labels, env.num_envs, env.task.cfg.episode_steps,
                                        original, seed=cfg.seed + 2)
             self.guard = Guard(cfg.guard)
