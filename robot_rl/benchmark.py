@@ -5,6 +5,11 @@ Per task and seed, each stage is one of the user commands, run as a subprocess; 
     demos     robot-rl-collect task=T episodes=<demos> expert.noise=<demo_noise> seed=<seed> out=<demos>/episodes.zarr
     bc        robot-rl-train-bc task=T policy=<bc_policy> data=<demos> steps=<bc_steps> seed=<seed> ...
     residual  robot-rl-train-residual task=T base=<bc>/policy demos=<demos> rl.env_steps=... rl.seed=<seed> ...
+    rollouts  robot-rl-collect task=T policy=<bc>/policy episodes=<rollouts> seed=<100 + seed>  (the reward models'
+              failures, from the base they judge)
+    reward    robot-rl-train-reward task=T data=<demos> rollouts=<rollouts> seed=<seed>
+    learned   the residual stage on the learned rewards a robot has: rl.reward=learned rl.reward_model=<reward>,
+              operator labels and checks by the scripted labeller (rl.labels, rl.guard), same budget and base
     scratch   the same with mode=scratch (no base), same demos and budget           (baseline_seeds)
     sac       python -m robot_rl.rl.sb3_baseline task=T env_steps=... out=<sac>     (no demos; baseline_seeds)
 
@@ -34,10 +39,11 @@ import time
 import uuid
 from pathlib import Path
 
-STAGES = ("demos", "bc", "residual", "scratch", "sac")
+STAGES = ("demos", "bc", "residual", "rollouts", "reward", "learned", "scratch", "sac")
 BASELINES = ("scratch", "sac")
-NEEDS = {"demos": (), "bc": ("demos",), "residual": ("demos", "bc"), "scratch": ("demos",), "sac": ()}
-TRAINING = ("bc", "residual", "scratch")  # commands that resume from their checkpoints
+NEEDS = {"demos": (), "bc": ("demos",), "residual": ("demos", "bc"), "rollouts": ("bc",),
+         "reward": ("demos", "rollouts"), "learned": ("demos", "bc", "reward"), "scratch": ("demos",), "sac": ()}
+TRAINING = ("bc", "residual", "learned", "scratch")  # commands that resume from their checkpoints
 SAC_MODULE = "robot_rl.rl.sb3_baseline"
 
 
@@ -70,12 +76,14 @@ class TaskPlan:
     sac_args: list[str] = dataclasses.field(default_factory=lambda: ["train_freq=2"])  # more
     # robot_rl.rl.sb3_baseline key=value arguments; train_freq=2: one update per 2 env steps, the residual's rl.utd=0.5
     baselines: list[str] = dataclasses.field(default_factory=lambda: list(BASELINES))  # scratch | sac
+    rollouts: int = 100  # base-policy episodes recorded for the reward models (their failures are the negatives)
+    reward_args: list[str] = dataclasses.field(default_factory=list)  # more robot-rl-train-reward overrides
 
     def problems(self, where: str) -> list[str]:
         """What is wrong with this plan, each naming the key as `<where>.<key>`."""
         out = []
         for k, lo in (("demos", 1), ("bc_steps", 1), ("env_steps", 1), ("eval_every", 0), ("eval_episodes", 1),
-                      ("final_eval_episodes", 1), ("num_envs", 1)):
+                      ("final_eval_episodes", 1), ("num_envs", 1), ("rollouts", 1)):
             if getattr(self, k) < lo:
                 out.append(f"{where}.{k}={getattr(self, k)!r} must be a whole number >= {lo}")
         for k in ("demo_noise", "time_budget_s", "baseline_time_budget_s"):
@@ -87,7 +95,7 @@ class TaskPlan:
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown or len(set(self.baselines)) != len(self.baselines):
             out.append(f"{where}.baselines={self.baselines}: each at most once, of {list(BASELINES)}")
-        for k, own in (("bc_args", BC_OWN), ("rl_args", RL_OWN), ("sac_args", SAC_OWN)):
+        for k, own in (("bc_args", BC_OWN), ("rl_args", RL_OWN), ("sac_args", SAC_OWN), ("reward_args", REWARD_OWN)):
             for a in getattr(self, k):
                 key = a.split("=", 1)[0].lstrip("+~")
                 if "=" not in a or not key:
@@ -107,6 +115,7 @@ RL_OWN = {"task": "the task's name", "base": "the bc stage", "demos": "the demos
           "env.num_envs": "num_envs", "eval_num_envs": "num_envs",
           "rl.env_steps": "env_steps", "rl.time_budget_s": "time_budget_s", "rl.seed": "seeds",
           "env.cameras": "cameras", "randomization": "randomization", **_EVAL}
+REWARD_OWN = {"task": "the task's name", "data": "the demos stage", "rollouts": "the rollouts stage", "seed": "seeds"}
 SAC_OWN = {"task": "the task's name", "out": "the sac stage", "env_steps": "env_steps", "seed": "baseline_seeds",
            "time_budget_s": "time_budget_s", "eval_every": "eval_every", "eval_episodes": "eval_episodes",
            "final_eval_episodes": "final_eval_episodes", "eval_seed": "eval_seed", "eval_num_envs": "num_envs"}
@@ -254,6 +263,7 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
                 "robot-rl-collect", f"task={task}", f"episodes={plan.demos}", f"expert.noise={plan.demo_noise:g}",
                 f"seed={seed}", f"out={store}", *rand, *cams, f"hydra.run.dir={d['demos']}"], d["demos"]))
         if seed in cfg.seeds:
+            rollouts, reward = d["rollouts"] / "episodes.zarr", d["reward"]
             out.append(Stage(task, seed, "bc", [
                 "robot-rl-train-bc", f"task={task}", f"policy={plan.bc_policy}", f"data={store}",
                 f"steps={plan.bc_steps}", f"seed={seed}", "final_eval=false", "videos=0", *rand, *cams, *plan.bc_args,
@@ -261,6 +271,17 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
             out.append(Stage(task, seed, "residual", [
                 "robot-rl-train-residual", f"task={task}", f"base={base}", f"demos={store}",
                 *budget(plan.time_budget_s), f"rl.seed={seed}", *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['residual']}"], d["residual"]))
+            out.append(Stage(task, seed, "rollouts", [
+                "robot-rl-collect", f"task={task}", f"policy={base}", f"episodes={plan.rollouts}",
+                f"seed={100 + seed}", f"out={rollouts}", *rand, *cams, f"hydra.run.dir={d['rollouts']}"],
+                d["rollouts"]))
+            out.append(Stage(task, seed, "reward", [
+                "robot-rl-train-reward", f"task={task}", f"data={store}", f"rollouts={rollouts}", f"seed={seed}",
+                *plan.reward_args, f"hydra.run.dir={reward}"], reward))
+            out.append(Stage(task, seed, "learned", [
+                "robot-rl-train-residual", f"task={task}", f"base={base}", f"demos={store}",
+                *budget(plan.time_budget_s), f"rl.seed={seed}", "rl.reward=learned", f"rl.reward_model={reward}",
+                *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['learned']}"], d["learned"]))
         if seed in cfg.baseline_seeds:  # sac first: it cannot resume, so it gets the first free core
             if "sac" in plan.baselines:
                 out.append(Stage(task, seed, "sac", [
@@ -500,11 +521,17 @@ def stop(proc: subprocess.Popen) -> None:
 
 def summary(name: str, m: dict) -> str:
     """'; <what the stage's metrics say>' in a few words."""
-    if name == "demos":
+    if name in ("demos", "rollouts"):
         return f"; {m.get('episodes')} episodes, success {m.get('success_rate', 0):.2f}"
+    if name == "reward":
+        sp, auc = (m.get("progress") or {}).get("spearman"), (m.get("classifier") or {}).get("auroc")
+        return (f"; progress Spearman {sp if sp is None else round(sp, 3)}, classifier AUROC "
+                f"{auc if auc is None else round(auc, 3)}")
     if name == "bc":
         return f"; {m.get('steps')} steps, {m.get('train_time_s', 0):.0f} s of training"
     if "success_rate" in m:
+        labels = m.get("labels")
         return (f"; success {m['success_rate']:.3f} after {m.get('env_steps', 0):,} env steps, "
-                f"{m.get('train_time_s', 0):.0f} s of training")
+                f"{m.get('train_time_s', 0):.0f} s of training"
+                + (f", {labels['total']} operator labels, {len(m.get('warnings', []))} warnings" if labels else ""))
     return ""

@@ -22,7 +22,9 @@ from robot_rl.rl.compare import first_reaching, load_curve, load_group, plot_com
 from sim.config import EnvConfig
 
 LEVELS = (0.5, 0.8, 0.9)
-ROWS = (("base", "base alone"), ("residual", "base + residual"), ("scratch", "RL from scratch"), ("sac", "SB3 SAC"))
+ROWS = (("base", "base alone"), ("residual", "base + residual"), ("learned", "base + residual, learned reward"),
+        ("scratch", "RL from scratch"), ("sac", "SB3 SAC"))
+SEEDED = ("base", "residual", "learned")  # rows over cfg.seeds (the others over baseline_seeds)
 DEFAULT_HZ = EnvConfig.control_hz  # for runs whose records do not say
 
 
@@ -64,15 +66,20 @@ def seed_figures(kind: str, run_dir: Path, metrics: dict) -> dict:
     wall = (read_metrics(run_dir.with_name("bc")) or {}).get("wall_time_s") if kind == "base" else \
         metrics.get("wall_time_s")
     ci = list(wilson_interval(k, n)) if k is not None and n else metrics.get("success_ci95")
-    return {"success": rate, "successes": k, "episodes": n, "ci95": ci, "curve": curve, "env_steps": steps,
-            "train_time_s": train, "wall_time_s": wall, "control_hz": control_hz(run_dir, metrics),
-            "steps_to": {lv: first_reaching(curve, lv) for lv in LEVELS}}
+    out = {"success": rate, "successes": k, "episodes": n, "ci95": ci, "curve": curve, "env_steps": steps,
+           "train_time_s": train, "wall_time_s": wall, "control_hz": control_hz(run_dir, metrics),
+           "steps_to": {lv: first_reaching(curve, lv) for lv in LEVELS}}
+    if kind != "base" and metrics.get("labels"):  # learned rewards: what the robot's operator gave, robot time
+        g = metrics["guard"]
+        out.update(labels=metrics["labels"]["total"], robot_minutes=metrics["robot_minutes"]["total"],
+                   rollbacks=g["rollbacks"], stopped_at=g["stopped_at"], warnings=list(metrics.get("warnings", [])))
+    return out
 
 
 def row(cfg: BenchmarkConfig, task: str, kind: str) -> dict:
     """The figures of one (task, run) over its seeds; status "not run" / "partial" / "done"."""
     plan = cfg.tasks[task]
-    if kind in ("base", "residual"):
+    if kind in SEEDED:
         seeds = list(cfg.seeds)
     else:
         seeds = list(cfg.baseline_seeds) if kind in plan.baselines else []
@@ -115,6 +122,9 @@ def row(cfg: BenchmarkConfig, task: str, kind: str) -> dict:
     out["train_time_s"] = sum(times) / len(times) if times else None
     out["train_time_s_each"] = [f["train_time_s"] for f in each]
     out["wall_time_s_each"] = [f["wall_time_s"] for f in each]  # with evaluations and start-up
+    if "labels" in each[0]:
+        for k in ("labels", "robot_minutes", "rollbacks", "stopped_at", "warnings"):
+            out[f"{k}_each"] = [f.get(k) for f in each]
     if note:
         out["note"] = note
     return out
@@ -147,6 +157,27 @@ def ratio(rows: list[dict]) -> dict:
     each = ", ".join(f"{label} {steps:,}" for steps, label in ran)
     return {"ratio": bound / r90, "bound": ">", "text": f"> {bound / r90:.2f} (no baseline reached 0.9: {each} env "
                                                         f"steps; base + residual {r90:,})"}
+
+
+def gain_kept(rows: list[dict]) -> dict:
+    """The learned reward's gain over the base against the simulator reward's, seed by seed on the same bases:
+    {"ratio" (of the mean gains), "each", "text"}."""
+    by = {r["run"]: r for r in rows}
+    base, sim, learned = (by.get(k, {}) for k in ("base", "residual", "learned"))
+    seeds = sorted(set(base.get("seeds", [])) & set(sim.get("seeds", [])) & set(learned.get("seeds", [])))
+    if not seeds:
+        return {"ratio": None, "text": "n/a: base + residual on both rewards has not finished on a common seed"}
+
+    def at(r, s):
+        return r["success_each"][r["seeds"].index(s)]
+
+    gains = [(at(learned, s) - at(base, s), at(sim, s) - at(base, s)) for s in seeds]
+    g_learned, g_sim = (sum(g[i] for g in gains) / len(gains) for i in (0, 1))
+    each = ", ".join(f"seed {s}: {gl:+.3f} / {gs:+.3f}" for s, (gl, gs) in zip(seeds, gains))
+    if g_sim <= 0:
+        return {"ratio": None, "text": f"n/a: the simulator reward gained nothing ({each})"}
+    return {"ratio": g_learned / g_sim, "each": gains,
+            "text": f"{g_learned / g_sim:.2f} (mean gain {g_learned:+.3f} learned / {g_sim:+.3f} simulator; {each})"}
 
 
 # ---- formatting ---------------------------------------------------------------------------------------------------
@@ -206,6 +237,7 @@ def write_report(cfg: BenchmarkConfig, command: str = "") -> dict:
     tasks = cfg.task_names()
     rows = {t: [row(cfg, t, kind) for kind, _ in ROWS] for t in tasks}
     ratios = {t: ratio(rows[t]) for t in tasks}
+    kept = {t: gain_kept(rows[t]) for t in tasks}
     pngs = {}
     for t in tasks:
         p = figure(cfg, t, rows[t], out.with_name(f"{out.name}_{t}.png"))
@@ -219,13 +251,15 @@ def write_report(cfg: BenchmarkConfig, command: str = "") -> dict:
             line = {k: v for k, v in r.items()}
             if r["run"] == "residual":
                 line["steps_to_0.9_best_baseline_over_residual"] = ratios[t]
+            if r["run"] == "learned":
+                line["gain_learned_over_simulator_reward"] = kept[t]
             lines.append(json.dumps(line, sort_keys=True))
     jsonl = atomic_write_text(Path(f"{out}.jsonl"), "\n".join(lines) + "\n")
-    md = atomic_write_text(Path(f"{out}.md"), markdown(cfg, tasks, rows, ratios, pngs, records, command, out))
+    md = atomic_write_text(Path(f"{out}.md"), markdown(cfg, tasks, rows, ratios, pngs, records, command, out, kept))
     return {"md": md, "jsonl": jsonl, "png": list(pngs.values())}
 
 
-def markdown(cfg, tasks, rows, ratios, pngs, records, command, out) -> str:
+def markdown(cfg, tasks, rows, ratios, pngs, records, command, out, kept=None) -> str:
     finished = sorted(r["finished"] for _, r in records)
     commits = sorted({r.get("commit", "unknown") for _, r in records})
     machines = sorted({r.get("machine", "unknown") for _, r in records})
@@ -271,6 +305,21 @@ def markdown(cfg, tasks, rows, ratios, pngs, records, command, out) -> str:
     text += ["", "Env steps to 0.9, best baseline / base + residual (how many times the env steps the best of RL "
              "from scratch and SB3 SAC needed):", ""]
     text += [f"- {t}: {ratios[t]['text']}" for t in tasks]
+    learned = [r for t in tasks for r in rows[t] if r["run"] == "learned" and r.get("labels_each")]
+    if learned:
+        text += ["", "Base + residual on the learned rewards a robot has (the reward model trained on the demos and the "
+                 "base's rollouts; operator labels and checked episodes by the scripted labeller), against the "
+                 "simulator's success reward on the same bases, demos and budget: share of the gain over the base "
+                 "kept (mean gains, then each seed's learned / simulator):", ""]
+        text += [f"- {t}: {kept[t]['text']}" for t in tasks if kept and kept[t]]
+        text += ["", "Operator labels and robot minutes (training and checked episodes) of each learned-reward run, and "
+                 "what its guard did:", ""]
+        for r in learned:
+            for s, lab, mins, rb, stop, warns in zip(r["seeds"], r["labels_each"], r["robot_minutes_each"],
+                                                     r["rollbacks_each"], r["stopped_at_each"], r["warnings_each"]):
+                did = f"{rb} rollbacks" + (f", stopped at env step {stop:,}" if stop is not None else "")
+                text.append(f"- {r['task']} seed {s}: {lab:,} labels, {mins:.1f} robot minutes; {did}"
+                            + "".join(f"; warning: {w}" for w in warns or []))
     notes = [f"- {r['task']} {r['label']}: {r['note']}" for t in tasks for r in rows[t] if r.get("note")]
     if notes:
         text += ["", *notes]

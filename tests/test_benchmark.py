@@ -81,10 +81,37 @@ def test_the_table_gives_thresholds_robot_minutes_seed_spread_and_not_run_rows(t
             "100 s (mean) |") in md
     assert "[1 of 3 seeds]" in md and "- lift: 2.50 (RL from scratch 100,000 / base + residual 40,000 env steps)" in md
     lines = [json.loads(x) for x in paths["jsonl"].read_text().splitlines()]
-    assert [(x["task"], x["run"]) for x in lines][:4] == [("lift", "base"), ("lift", "residual"), ("lift", "scratch"),
-                                                          ("lift", "sac")]
+    assert [(x["task"], x["run"]) for x in lines][:5] == [("lift", "base"), ("lift", "residual"), ("lift", "learned"),
+                                                          ("lift", "scratch"), ("lift", "sac")]
     assert lines[1]["steps_to_0.9_best_baseline_over_residual"]["ratio"] == pytest.approx(2.5)
     assert [p.name for p in paths["png"]] == ["tasks_lift.png", "tasks_push.png"]
+
+
+def test_the_learned_reward_row_gives_the_gain_it_keeps_its_labels_robot_minutes_and_what_its_guard_did(tmp_path):
+    """Two seeds of base + residual on both rewards, the same bases: the share of the simulator reward's gain kept is
+    the ratio of the mean gains; the learned runs' labels, robot minutes, rollbacks and warnings are listed."""
+    from robot_rl.benchmark_table import gain_kept
+
+    cfg = BenchmarkConfig(tasks={"peg_insert": TaskPlan(baselines=[])}, runs=str(tmp_path / "runs"),
+                          out=str(tmp_path / "res" / "t"), seeds=[0, 1])
+    for seed, (base, sim, learned) in enumerate([(0.6, 0.98, 0.9), (0.8, 1.0, 0.8)]):
+        run_dir(stage_dir(cfg.runs, "peg_insert", seed, "residual"), [(20_000, sim)], round(sim * 200), base=base)
+        d = run_dir(stage_dir(cfg.runs, "peg_insert", seed, "learned"), [(20_000, learned)], round(learned * 200),
+                    base=base)
+        m = json.loads((d / "metrics.json").read_text())
+        m.update(labels={"total": 300 + seed}, robot_minutes={"total": 50.0 + seed},
+                 guard={"rollbacks": seed, "stopped_at": 40_000 if seed else None},
+                 warnings=["check at env step 40000: ... rolled back"] if seed else [])
+        (d / "metrics.json").write_text(json.dumps(m))
+    rows = [row(cfg, "peg_insert", k) for k in ("base", "residual", "learned")]
+    kept = gain_kept(rows)
+    assert kept["ratio"] == pytest.approx(((0.9 - 0.6) + 0.0) / ((0.98 - 0.6) + (1.0 - 0.8)))
+    assert rows[2]["labels_each"] == [300, 301] and rows[2]["rollbacks_each"] == [0, 1]
+    md = write_report(cfg)["md"].read_text()
+    assert "- peg_insert: 0.52 (mean gain +0.150 learned / +0.290 simulator; seed 0: +0.300 / +0.380" in md
+    assert "- peg_insert seed 1: 301 labels, 51.0 robot minutes; 1 rollbacks, stopped at env step 40,000; warning: " \
+           "check at env step 40000" in md
+    assert gain_kept(rows[:2])["ratio"] is None
 
 
 def test_when_no_baseline_reaches_0_9_the_ratio_is_bounded_by_the_fewest_env_steps_a_baseline_ran(tmp_path):
@@ -102,7 +129,7 @@ def test_when_no_baseline_reaches_0_9_the_ratio_is_bounded_by_the_fewest_env_ste
 
 def test_finished_stages_are_reused_a_changed_command_stops_and_a_redone_input_reruns(tmp_path):
     cfg = BenchmarkConfig(tasks={"lift": TaskPlan(baselines=[])}, runs=str(tmp_path), seeds=[0])
-    demos, bc, residual = task_stages(cfg, "lift")
+    demos, bc, residual, *_ = task_stages(cfg, "lift")
     runner = Runner(cfg, say=lambda line: None)
 
     def finish(stage, **record):

@@ -244,7 +244,8 @@ def _print(results: dict, env_cfg, wall: float, run_dir) -> None:
         if "operator_labels" in r:
             print(f"  operator labels {r['operator_labels']} ({r['labelled_training_episodes']} training episodes, "
                   f"{r['checked_episodes']} checked), {r['classifier_refits']} classifier refits, {r['rollbacks']} "
-                  f"rollbacks; robot minutes {r['robot_minutes']:.1f}; policy/ from env step {r['policy_from_env_step']} "
+                  f"rollbacks; robot minutes {r['robot_minutes']:.1f}; policy/ from env step "
+                  f"{r['policy_from_env_step']} "
                   f"(checked {r['policy_checked_success']:.2f}, the base {r['base_checked_success']:.2f})")
             for w in r["warnings"]:
                 print(f"  warning: {w}")

@@ -241,7 +241,8 @@ def guard_summary(result: dict) -> dict:
     return {"operator_labels": lab["total"], "labelled_training_episodes": lab["labelled"],
             "training_episodes": lab["training_episodes"], "checked_episodes": lab["checked_episodes"],
             "classifier_refits": lab["refits"], "false_claims_labelled": lab["claimed_false"],
-            "rollbacks": g["rollbacks"], "stopped_at": g["stopped_at"], "robot_minutes": result["robot_minutes"]["total"],
+            "rollbacks": g["rollbacks"], "stopped_at": g["stopped_at"],
+            "robot_minutes": result["robot_minutes"]["total"],
             "base_checked_success": g["base"]["success_rate"], "policy_checked_success": g["best"]["success_rate"],
             "policy_from_env_step": g["best"]["env_steps"], "warnings": list(result.get("warnings", []))}
 

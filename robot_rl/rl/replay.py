@@ -2,8 +2,9 @@
 
 Layout: row t holds the transition of every env at vector step t, arrays [rows, N, ...]:
     obs, base_action, action (executed), reward, next_obs, next_base_action, terminated, truncated, intervention,
-    ended (the env's episode ended there, whatever the learner's flags say), potential, next_potential (Phi(obs), Phi(next_obs) of a shaped reward, as the shaping counts them: 1 where
-    next_obs terminates; NaN where unknown: the learner then clips TD targets for any Phi)
+    ended (the env's episode ended there, whatever the learner's flags say), potential, next_potential (Phi(obs),
+    Phi(next_obs) of a shaped reward, as the shaping counts them: 1 where next_obs terminates; NaN where unknown:
+    the learner then clips TD targets for any Phi)
 Every transition carries its own next observation and the base action at it, so an n-step walk may stop
 at any row and bootstrap from there: at an episode's end (auto-reset means the next row is another
 episode), at the newest row (its successors are not written yet), or after n steps.
