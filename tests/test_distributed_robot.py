@@ -81,6 +81,7 @@ def test_robot_actor_trains_through_the_deploy_node_on_a_sim_driver_over_dds(rob
         cfg = ResidualRLConfig(
             env_steps=2000, time_budget_s=90, learning_starts=16, utd=0.5, reward="learned", reward_model=str(rm_path),
             shaping=1.0, explore_std=0.0, eval_every=0, final_eval=False, log_every=16, ckpt_every=100_000,
+            classifier_success="every",  # every fire pays: the rows below check the reward model's formula
             residual=ResidualConfig(hidden=(16,), scale=0.5),
             learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=16, critic_warmup=2, policy_delay=1))
         dist = DistributedConfig(actors=0, robots=[{"name": "arm1", "store": str(tmp_path / "arm1.zarr")}], batch_steps=BATCH_STEPS, weight_sync_every=2,
@@ -215,7 +216,7 @@ class _NextXReward:
     """A LearnedReward stand-in: reward = next x, potential = x / 10."""
 
     @staticmethod
-    def label(obs, nxt, success, terminated, truncated):
+    def label(obs, nxt, success, terminated, truncated, eligible=None):
         return nxt["x"][:, 0], terminated, truncated, obs["x"][:, 0] / 10, nxt["x"][:, 0] / 10
 
 

@@ -205,7 +205,7 @@ def test_collector_computes_the_learned_reward_from_frames_and_episode_instructi
     policy = ResidualPolicy.build(None, ResidualConfig(), env=env)
     replay = Replay(100, env.num_envs, sum(env.obs_dims.values()), env.action_dim)
     col = Collector(env, policy, replay, reward="learned", explore_std=0.5, seed=0,
-                    learned=LearnedReward(model, gamma, lam, success="classifier"))
+                    learned=LearnedReward(model, gamma, lam, success="classifier"), classifier_success="every")
     col.start(seed=0)
     seen, orig_step = [], env.step
 
