@@ -48,7 +48,7 @@ TINY_BC = ["demos=6", "bc.steps=3", "bc.batch_size=16", "policy.dims=[16,32]", "
 TINY_RL = ["rollouts=4", "reward.steps=5", "reward.batch_size=64", "deploy_episodes=1",
            "rl.time_budget_s=0", "rl.env_steps=40", "rl.learning_starts=20", "rl.residual.hidden=[16]",
            "rl.learner.num_critics=2", "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16",
-           "rl.learner.critic_warmup=5"]
+           "rl.learner.critic_warmup=5", "rl.guard.base_episodes=2", "rl.guard.episodes=2"]
 # Lift episodes of 48 steps instead of 80: the expert finishes in ~36; the tiny BC policy fails, so its evaluations,
 # rollouts and the real-time dry run last the whole episode
 SHORT = ["+env.task_config.episode_steps=48"]
@@ -66,6 +66,10 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
     assert stages["rollouts"]["episodes"] == 4 and 0.0 <= stages["reward"]["classifier_auroc"] <= 1.0
     assert stages["residual"]["env_steps"] == 40 and stages["residual"]["updates"] > 0
     assert stages["residual"]["reward"] == "learned" and 0.0 <= stages["residual"]["human_fraction"] <= 0.15
+    # the learned reward's cost and guard: the base's and the last policy's checks (2 episodes each), labels
+    r = stages["residual"]
+    assert r["checked_episodes"] == 4 and r["operator_labels"] == r["checked_episodes"] + r["labelled_training_episodes"]
+    assert r["policy_from_env_step"] in (0, 40) and r["robot_minutes"] > 0
     assert stages["deploy"]["episodes"] == 1 and stages["deploy"]["missed_ticks"] is not None
     assert stages["eval_residual"]["episodes"] == 4 and stages["eval_residual"]["seed"] == stages["eval_bc"]["seed"]
     for path in ("config.yaml", "demos/episodes.zarr", "bc/policy/model.safetensors", "bc/curves.png",
@@ -73,7 +77,8 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
                  "eval_residual/videos/episode_0.mp4", "reward/reward_model", "deploy/node/metrics.json"):
         assert (tmp_path / path).exists(), path
     for line in ("scripted expert success rate", "diffusion BC success rate", "BC + residual RL success rate",
-                 "residual RL: 40 env steps", "reward models: Spearman", "deployment dry run over DDS: "):
+                 "residual RL: 40 env steps", "reward models: Spearman", "deployment dry run over DDS: ",
+                 "  operator labels "):
         assert line in proc.stdout, line
     assert str(tmp_path) in proc.stdout
     report = tmp_path / "report.html"
@@ -82,7 +87,7 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
     dom = _chromium(tmp_path, "--dump-dom", report.as_uri())
     assert dom.returncode == 0, dom.stderr
     for text in ("Success rates", "diffusion BC", "BC + residual RL", "Learning curves", "Final policy",
-                 "Reward models", "Residual RL and interventions", "Deployment dry run"):
+                 "Reward models", "Residual RL and interventions", "operator_labels", "Deployment dry run"):
         assert text in dom.stdout, text
     shot = tmp_path / "report.png"
     _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1000,1600", "--hide-scrollbars", report.as_uri())
