@@ -19,15 +19,7 @@ from robot_rl.rl.learner import LearnerConfig
 from robot_rl.rl.replay import Replay
 from robot_rl.rl.rollout import Collector
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
-
-torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def env():
-    e = sim.make("lift", num_envs=3, task_config={"episode_steps": 12})
-    yield e
-    e.close()
+from tests.test_reward_rl import env  # noqa: F401  (the module's lift env: 3 envs, 12-step episodes)
 
 
 def _firing_model(env, quantile=0.5) -> RewardModel:
