@@ -173,26 +173,31 @@ def _check(k, n):
             "mean_length": 10.0}
 
 
-def test_guard_vouches_rolls_back_and_stops_at_the_best_policy():
-    g = Guard(GuardConfig(max_rollbacks=1, patience=2))
+def test_guard_rides_out_a_dip_rolls_back_on_hacking_and_stops_at_the_best_policy():
+    g = Guard(GuardConfig(max_rollbacks=1, patience=3))
     assert g.record(_check(40, 50), 0) == "best"
     assert g.record(_check(18, 20), 20_000) == "best"  # 0.90 >= 0.80
     assert g.record(_check(15, 20), 40_000) == "vouched"  # not below the base, not the best
-    assert g.record(_check(3, 20), 60_000) == "below"  # CI 0.05-0.36, below 0.80: once is a dip
-    assert g.record(_check(16, 20), 70_000) == "vouched"  # it recovered: the count starts over
-    assert g.record(_check(3, 20), 80_000) == "below" and not g.warnings
-    assert g.record(_check(4, 20), 90_000) == "rollback"  # twice in a row
+    assert g.record(_check(3, 20), 60_000) == "below"  # CI 0.05-0.36, below 0.80: a dip, training goes on
+    assert g.record(_check(2, 20), 70_000) == "below" and not g.warnings
+    assert g.record(_check(16, 20), 80_000) == "vouched"  # it recovered: the count starts over
+    assert g.record(_check(3, 20), 90_000, hacking=True) == "rollback"  # below while the labels show hacking: at once
+    assert "the labels show reward hacking" in g.warnings[-1]
     assert "rolled back to the policy of env step 20000 (checked 0.90), rollback 1 of" in g.warnings[-1]
-    assert "2 checks in a row" in g.warnings[-1]
-    assert g.record(_check(2, 20), 100_000) == "below"
-    assert g.record(_check(2, 20), 110_000) == "stop"
-    assert g.stopped_at == 110_000 and "training stopped at the policy of env step 20000" in g.warnings[-1]
-    assert g.labels == 210 and g.robot_steps == 2100 and g.best["env_steps"] == 20_000
+    assert g.record(_check(2, 20), 100_000, hacking=True) == "stop"  # rollbacks spent
+    assert g.stopped_at == 100_000 and "training stopped at the policy of env step 20000" in g.warnings[-1]
+    assert g.labels == 190 and g.robot_steps == 1900 and g.best["env_steps"] == 20_000
+    dip = Guard(GuardConfig(patience=2))
+    dip.record(_check(40, 50), 0)
+    assert [dip.record(_check(2, 20), s) for s in (20_000, 40_000)] == ["below", "stop"]  # on_regression=stop
+    assert "2 checks in a row" in dip.warnings[-1] and dip.stopped_at == 40_000
     warn = Guard(GuardConfig(on_regression="warn", patience=1))
     warn.record(_check(40, 50), 0)
     assert warn.record(_check(0, 20), 20_000) == "warn" and warn.rollbacks == 0 and warn.stopped_at is None
     with pytest.raises(ValueError, match="on_regression='retry'"):
         GuardConfig(on_regression="retry")
+    with pytest.raises(ValueError, match="on_hacking='stop'"):
+        GuardConfig(on_hacking="stop")
 
 
 def test_a_check_below_the_base_rolls_the_learner_back_to_the_best_policy(tmp_path):
@@ -211,7 +216,8 @@ def test_a_check_below_the_base_rolls_the_learner_back_to_the_best_policy(tmp_pa
                                residual=ResidualConfig(hidden=(16,), scale=1.0),
                                learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=16),
                                labels=LabelConfig(refit_every=0),
-                               guard=GuardConfig(episodes=4, base_episodes=4, max_rollbacks=1, patience=1))
+                               guard=GuardConfig(episodes=4, base_episodes=4, max_rollbacks=1, patience=1,
+                                                 on_regression="rollback"))
         ws = ResidualWorkspace(tmp_path / "run", cfg, env, ExpertPolicy(env))
         log = RunLog(tmp_path / "run")
         assert ws.check(log, 4) == "best" and ws.guard.base["successes"] >= 3
@@ -262,7 +268,8 @@ def test_a_weak_reward_model_ends_no_worse_than_its_base_and_says_why(tmp_path):
             residual=ResidualConfig(scale=1.0, hidden=(32, 32)),
             learner=LearnerConfig(num_critics=2, critic_hidden=(32, 32), batch_size=64, critic_warmup=50),
             labels=LabelConfig(refit_every=2, watch_claims=4),
-            guard=GuardConfig(every=400, episodes=8, base_episodes=16, patience=1, max_rollbacks=1))
+            guard=GuardConfig(every=400, episodes=8, base_episodes=16, patience=1, on_regression="rollback",
+                              max_rollbacks=1))
         with pytest.warns(UserWarning, match="the policy got worse"):
             result = train(env, ExpertPolicy(env), cfg, tmp_path / "run")
     finally:

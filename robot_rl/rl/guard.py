@@ -7,18 +7,22 @@ simulator's success); they cost robot time and labels, and both are counted. The
 (env step 0, `base_episodes`), then the policy every `every` env steps (and at once when the classifier's claims
 turn out mostly false, robot_rl/reward/online.py), and the last policy at the end (`base_episodes`).
 
-A check whose 95% interval (Wilson) lies wholly below the base's checked success is below the base; `patience`
-such checks in a row (a dip that persists: residual RL often dips once while its critics learn) are a regression:
-    on_regression=warn      one warning line; training goes on
-    on_regression=rollback  the learner (actor, critics, optimizers) returns to the best vouched policy; once
-                            `max_rollbacks` rollbacks are spent, the next regression stops the run there
-    on_regression=stop      the run stops at the best vouched policy
-Vouched: a check that is not a regression. The best vouched policy has the highest checked success (the base's zero
-residual included, a later check wins a tie); it is what the run saves as policy/.
+A check whose 95% interval (Wilson) lies wholly below the base's checked success is below the base. Two causes, told
+apart by the operator's labels (robot_rl/reward/online.py):
+  - reward hacking: the classifier's claims of success have turned out mostly false. The learner has learned to
+    please the classifier; a check below the base then acts at once, as `on_hacking` says: rollback (the learner,
+    actor, critics and optimizers, returns to the best vouched policy and relearns on the refitted classifier's
+    relabelled replay) or warn. Once `max_rollbacks` are spent, the next one stops the run there.
+  - a dip: residual RL moves its actor where its critics have no data yet, and on precise tasks the policy gets
+    worse for a while before it gets better (docs/results/residual_rl.md). Training goes on; `patience` checks below
+    the base in a row are a regression, and `on_regression` says what then happens: stop (at the best vouched
+    policy), rollback, or warn.
+Vouched: a check that is not below the base. The best vouched policy has the highest checked success (the base's
+zero residual included, a later check wins a tie); policy/ is it, whatever happened on the way.
 
     guard = Guard(GuardConfig())
-    decision = guard.record(m, env_steps)    # m: robot_rl.evaluation metrics of a check
-    # "best" (snapshot the learner), "vouched", "warn", "rollback" or "stop"; guard.warnings holds the lines
+    decision = guard.record(m, env_steps, hacking=online.hacking)    # m: robot_rl.evaluation metrics of a check
+    # "best" (snapshot the learner), "vouched", "below", or "warn", "rollback", "stop"; guard.warnings: the lines
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ class GuardConfig:
     every: int = 20_000  # env steps between checks of the current policy (0: only the base's and the final one)
     episodes: int = 20  # episodes of one check (each one operator label and its robot time)
     base_episodes: int = 50  # episodes of the base's check at env step 0 and of the final check
-    on_regression: str = "rollback"  # warn | rollback | stop, when `patience` checks in a row lie below the base
-    patience: int = 2  # consecutive checks below the base that make a regression (1: the first one)
-    max_rollbacks: int = 2  # rollbacks before a regression stops the run
+    patience: int = 5  # consecutive checks below the base (without reward hacking) that make a regression
+    on_regression: str = "stop"  # warn | rollback | stop, at a regression
+    on_hacking: str = "rollback"  # warn | rollback, at a check below the base while the labels show reward hacking
+    max_rollbacks: int = 2  # rollbacks before the next one stops the run
     seed: int = 500_000  # env seed of the first check; check k uses seed + k (not the evaluations' or training's)
 
     def __post_init__(self):
@@ -48,6 +53,8 @@ class GuardConfig:
                 raise ValueError(f"guard.{k}={v!r} must be a whole number >= {lo}")
         if self.on_regression not in ACTIONS:
             raise ValueError(f"guard.on_regression={self.on_regression!r}; valid: {', '.join(ACTIONS)}")
+        if self.on_hacking not in ACTIONS[:2]:
+            raise ValueError(f"guard.on_hacking={self.on_hacking!r}; valid: {', '.join(ACTIONS[:2])}")
 
 
 def below(m: dict, rate: float) -> bool:
@@ -74,10 +81,10 @@ class Guard:
     def due(self, env_steps: int, last_check: int) -> bool:
         return bool(self.cfg.every) and env_steps - last_check >= self.cfg.every
 
-    def record(self, m: dict, env_steps: int) -> str:
-        """A check's metrics (robot_rl.evaluation: successes, episodes, success_ci95, mean_length) at `env_steps`:
-        "best" (a new best vouched policy: snapshot it), "vouched", "below" (below the base, not yet `patience` in a
-        row), or on a regression "warn", "rollback", "stop"."""
+    def record(self, m: dict, env_steps: int, hacking: bool = False) -> str:
+        """A check's metrics (robot_rl.evaluation: successes, episodes, success_ci95, mean_length) at `env_steps`;
+        `hacking`: the operator's labels show the classifier's claims mostly false. "best" (a new best vouched policy:
+        snapshot it), "vouched", "below" (below the base, no action yet), or "warn", "rollback", "stop"."""
         k, n = int(m["successes"]), int(m["episodes"])
         self.labels += n
         self.robot_steps += int(round(float(m["mean_length"]) * n))
@@ -87,7 +94,12 @@ class Guard:
             decision = "best"
         elif below(m, self.base["success_rate"]):
             self.below_in_a_row += 1
-            decision = "below" if self.below_in_a_row < self.cfg.patience else self._regression(m, row)
+            if hacking:
+                decision = self._act(self.cfg.on_hacking, m, row, "the labels show reward hacking")
+            elif self.below_in_a_row >= self.cfg.patience:
+                decision = self._act(self.cfg.on_regression, m, row, f"{self.below_in_a_row} checks in a row")
+            else:
+                decision = "below"
         elif self.best is None or row["success_rate"] >= self.best["success_rate"]:
             decision = "best"
         else:
@@ -99,27 +111,24 @@ class Guard:
         self.checks.append({**row, "decision": decision})
         return decision
 
-    def _regression(self, m: dict, row: dict) -> str:
-        action = self.cfg.on_regression
+    def _act(self, action: str, m: dict, row: dict, why: str) -> str:
         if action == "rollback" and self.rollbacks >= self.cfg.max_rollbacks:
             action = "stop"
         b, best = self.base, self.best
         lo, hi = m["success_ci95"]
         what = (f"check at env step {row['env_steps']}: {row['successes']} of {row['episodes']} episodes succeeded "
                 f"(95% CI {lo:.2f}-{hi:.2f}), below the base's {b['success_rate']:.2f} ({b['successes']} of "
-                f"{b['episodes']}), {self.below_in_a_row} checks in a row: the policy got worse")
+                f"{b['episodes']}), {why}: the policy got worse")
         there = f"the policy of env step {best['env_steps']} (checked {best['success_rate']:.2f})"
         if action == "warn":
-            msg = f"{what}; training goes on (rl.guard.on_regression=warn)"
+            msg = f"{what}; training goes on"
         elif action == "rollback":
             self.rollbacks += 1
             msg = (f"{what}; rolled back to {there}, rollback {self.rollbacks} of rl.guard.max_rollbacks="
                    f"{self.cfg.max_rollbacks}")
         else:
             self.stopped_at = row["env_steps"]
-            why = ("rl.guard.on_regression=stop" if self.cfg.on_regression == "stop" else
-                   f"rl.guard.max_rollbacks={self.cfg.max_rollbacks} spent")
-            msg = f"{what}; training stopped at {there} ({why}). Check the reward model (rl.reward_model)"
+            msg = f"{what}; training stopped at {there}. Check the reward model (rl.reward_model) and the base"
         self.warnings.append(msg)
         return action
 

@@ -445,7 +445,7 @@ class ResidualWorkspace:
         if self.eval_env is None:
             self.restart_envs()
         reported = len(self.guard.warnings)
-        decision = self.guard.record(m, self.env_steps)
+        decision = self.guard.record(m, self.env_steps, hacking=self.online.hacking)
         self.last_check, self.check_now = self.env_steps, False
         log.scalars({"success_rate": m["success_rate"], "labels": self.guard.labels + self.online.labelled,
                      "robot_minutes": self.robot_minutes()}, self.env_steps, prefix="guard/")
