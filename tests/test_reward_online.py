@@ -282,3 +282,46 @@ def test_a_weak_reward_model_ends_no_worse_than_its_base_and_says_why(tmp_path):
     assert g["best"]["success_rate"] >= g["base"]["success_rate"]  # the base, or a check at least as good
     assert result["final_eval"]["success_rate"] >= 0.75  # the expert base's level (0.94 checked), not the broken policy
     assert result["labels"]["total"] == result["labels"]["labelled"] + sum(c["episodes"] for c in g["checks"])
+
+
+def test_a_learned_reward_run_resumes_with_its_labels_refitted_classifier_and_checks(tmp_path):
+    """Every episode labelled and a refit every 2 labels: the checkpoint keeps the labelled episodes, the refitted
+    classifier and its threshold, the guard's checks and best policy; a resumed run goes on from them."""
+    from robot_rl.reward import load_reward_model
+    from robot_rl.rl.train import train
+
+    env = sim.make("lift", num_envs=4, threads=1, task_config={"episode_steps": 10})
+    try:
+        model = _firing_model(env, quantile=0.3)
+        model.info = {}
+        model.save(tmp_path / "reward")
+
+        def cfg(steps):
+            return ResidualRLConfig(
+                env_steps=steps, learning_starts=40, eval_every=0, final_eval=False, videos=0, log_every=40,
+                ckpt_every=80, reward="learned", reward_model=str(tmp_path / "reward"), shaping=0.0,
+                residual=ResidualConfig(hidden=(16,)),
+                learner=LearnerConfig(num_critics=2, critic_hidden=(16,), batch_size=16, critic_warmup=10),
+                labels=LabelConfig(fraction=1.0, refit_every=2, refit_steps=20),
+                guard=GuardConfig(every=80, episodes=2, base_episodes=2))
+
+        run = tmp_path / "run"
+        first = train(env, ExpertPolicy(env), cfg(160), run)
+        assert first["labels"]["labelled"] == first["labels"]["training_episodes"] > 0  # fraction 1: every one
+        assert first["labels"]["refits"] > 0 and (run / "reward_model" / "config.json").is_file()
+        refitted = load_reward_model(run / "reward_model")
+        ws = ResidualWorkspace(run, cfg(240), env, ExpertPolicy(env))
+        assert ws.try_resume()
+        assert ws.online.labelled == first["labels"]["labelled"] and ws.online.refits == first["labels"]["refits"]
+        assert ws.learned_reward.model.threshold == pytest.approx(refitted.threshold)
+        net, saved = ws.learned_reward.model.success_net.state_dict(), refitted.success_net.state_dict()
+        assert all(torch.equal(net[k], saved[k]) for k in saved)
+        assert len(ws.online.episodes) == first["labels"]["labelled"]
+        assert [c["env_steps"] for c in ws.guard.checks] == [c["env_steps"] for c in first["guard"]["checks"][:-1]]
+        assert ws.best_state is not None and ws.guard.best is not None
+        second = train(env, ExpertPolicy(env), cfg(240), run)
+    finally:
+        env.close()
+    assert second["resumed_from"] == 160 and second["labels"]["labelled"] > first["labels"]["labelled"]
+    assert second["guard"]["checks"][0]["env_steps"] == 0  # the base's check is not repeated
+    assert sum(c["env_steps"] == 0 for c in second["guard"]["checks"]) == 1

@@ -234,8 +234,9 @@ class OnlineReward:
         loss = _fit(model.success_net, obs, rows, target[rows], weight, cfg, self.rng, _NoLog(), "refit",
                     set_stats=False)
         positives = np.unique(rows[pos])
-        model.threshold = threshold_for_tpr(model.success_prob({k: v[positives] for k, v in obs.items()}),
-                                            tcfg.min_tpr)
+        if len(positives):  # nothing to calibrate on (no labelled success, no original data): the threshold stays
+            model.threshold = threshold_for_tpr(model.success_prob({k: v[positives] for k, v in obs.items()}),
+                                                tcfg.min_tpr)
         p = model.success_prob({k: online[k] for k in self.keys})
         fired = p >= model.threshold
         episode, _, _ = L.episode_index(ends)
