@@ -90,6 +90,51 @@ def test_success_targets_mark_the_last_frames_and_leave_a_gap():
     assert not label[4:6].any()  # a failed episode's ending is a negative
 
 
+def test_an_episode_that_ends_in_its_final_observation_has_that_state_alone_as_positive():
+    # episodes of 8 and 6 rows, each ending in its final observation (a success state in the first)
+    ends, final = np.array([8, 14]), np.zeros(14, bool)
+    final[[7, 13]] = True
+    label, used = L.success_targets(ends, np.array([True, False]), positive_frames=2, gap_frames=1, final_row=final)
+    assert np.nonzero(label)[0].tolist() == [7]  # the success state itself
+    assert np.nonzero(~used)[0].tolist() == [4, 5, 6]  # the 2 + 1 steps just before it: left out
+    assert not label[8:].any() and used[8:].all()  # a failure's final state is a negative like its others
+    old, _ = L.success_targets(ends, np.array([True, False]), positive_frames=2, gap_frames=1)
+    assert np.nonzero(old)[0].tolist() == [6, 7]  # without final observations: the last 2 rows
+
+
+def test_collected_episodes_keep_their_final_observation_and_the_reward_data_ends_each_with_it(tmp_path):
+    """robot-rl-collect records the observation each episode ended in (metadata final_obs): for a success, the
+    success state, one step past the last stored one. load_episodes appends it as the episode's last row."""
+    import json
+
+    import sim
+    from robot_rl.data import EpisodeStore
+    from robot_rl.data.collect import collect
+    from robot_rl.reward.episodes import final_observations, load_episodes
+    from sim.experts import make_expert
+
+    env = sim.make("lift", num_envs=2, threads=1, task_config={"episode_steps": 60})
+    try:
+        with EpisodeStore.open(tmp_path / "s.zarr", "a") as store:
+            collect(env, make_expert(env, noise=0.0), store, 3, seed=0)
+        spec = RewardSpec(task="lift", obs_dims=dict(env.obs_dims))
+    finally:
+        env.close()
+    store = EpisodeStore.open(tmp_path / "s.zarr")
+    final = final_observations(store, list(spec.obs_dims))
+    assert final is not None and {k: v.shape for k, v in final.items()} == {k: (3, d) for k, d in spec.obs_dims.items()}
+    data = load_episodes([store], spec)
+    assert store.episode_attr("success").all() and data.final_row is not None
+    assert data.ends.tolist() == (store.episode_ends + np.arange(1, 4)).tolist()
+    assert np.nonzero(data.final_row)[0].tolist() == (data.ends - 1).tolist()
+    np.testing.assert_array_equal(data.obs["object"][data.ends - 1], final["object"])
+    assert data.gt_success[data.ends - 1].all()  # the final state is where the env said success
+    stored_last = store.read("obs/object")[store.episode_ends - 1]
+    assert (final["object"][:, 2] > stored_last[:, 2]).all()  # the cube rose in the last step: a later state
+    metas = [json.loads(str(m)) for m in store.episode_attr("metadata")]
+    assert all(set(m["final_obs"]) == set(spec.obs_dims) for m in metas)
+
+
 def test_episode_split_is_disjoint_and_stratified():
     success = np.array([True] * 10 + [False] * 10)
     s = L.split_episodes(success, {"val": 0.1, "test": 0.2}, seed=0)

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from robot_rl.data.episode import FINAL_OBS
 from robot_rl.data.episode_store import Episode, EpisodeStore
 from robot_rl.data.recorder import EpisodeRecorder, step_schema
 
@@ -52,7 +53,7 @@ def _fmt(v) -> str:
 
 
 # Metadata keys that differ between the episodes of one collection (or name the same policy another way).
-_PER_EPISODE = ("env_index", "env_episode", "policy")
+_PER_EPISODE = ("env_index", "env_episode", "policy", FINAL_OBS)
 
 
 def recorded_before(store: EpisodeStore, task: str, source: str, seed: int, metadata: dict) -> int:
@@ -67,6 +68,12 @@ def recorded_before(store: EpisodeStore, task: str, source: str, seed: int, meta
     meta = store.episode_attr("metadata")
     return sum(1 for i in np.flatnonzero(same)
                if {k: v for k, v in json.loads(str(meta[i])).items() if k not in _PER_EPISODE} == want)
+
+
+def final_vectors(final_obs: dict, i: int) -> dict[str, list[float]]:
+    """Env i's final observation, vector keys only ({key: [dim] floats}, JSON-able), for an episode's metadata."""
+    return {k: [float(x) for x in np.asarray(v[i]).ravel()] for k, v in final_obs.items()
+            if not k.startswith("images/") and np.asarray(v).ndim == 2}
 
 
 def collect(
@@ -85,8 +92,11 @@ def collect(
     episodes (all at the start), as in sim.experts.run_episodes.
 
     Per-episode attributes: task, the episode's instruction (`env.instruction` at its start), success (any
-    step succeeded), source, seed (the env seed) and metadata + {env_index, env_episode}. Image observations
-    (env.cameras) are stored like the others, as obs/images/<camera>. Returns counts and rates."""
+    step succeeded), source, seed (the env seed) and metadata + {env_index, env_episode, final_obs}: final_obs holds
+    the vector keys of the observation the episode ended in (`info["final_obs"]`: a success state where the episode
+    succeeded), which the per-step arrays do not (they hold the observation before each action; robot_rl/reward
+    trains its success classifier on it). Image observations (env.cameras) are stored like the others, as
+    obs/images/<camera>. Returns counts and rates."""
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be >= 1")
     n = env.num_envs
@@ -112,7 +122,8 @@ def collect(
                 batch.append(Episode(
                     steps=steps, task=env.task.name, source=source, success=bool(steps["success"].any()),
                     instruction=instruction[i], seed=int(seed),
-                    metadata={**(metadata or {}), "env_index": i, "env_episode": k},
+                    metadata={**(metadata or {}), "env_index": i, "env_episode": k,
+                              FINAL_OBS: final_vectors(info["final_obs"], i)},
                 ))
             env_episode[i] += 1
             recording[i] = started < episodes

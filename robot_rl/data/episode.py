@@ -17,6 +17,9 @@ from robot_rl.data.errors import StoreError
 
 SOURCES = ("expert", "teleop", "policy", "intervention")
 INTERVENTION = "intervention"
+# metadata key of the observation an episode ended in ({vector key: [dim] floats}): the per-step arrays hold the
+# observation before each action, so an episode's success state is only here (robot_rl/reward trains on it)
+FINAL_OBS = "final_obs"
 # Per-episode attributes: name -> zarr dtype. Strings are variable-length UTF-8.
 EPISODE_ATTRS = {"task": str, "instruction": str, "source": str, "success": "bool", "seed": "int64", "metadata": str}
 _KEY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")

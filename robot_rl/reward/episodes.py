@@ -43,6 +43,9 @@ class Episodes:
     instruction: np.ndarray | None = None  # [episodes] str, when the model reads instructions
     features: np.ndarray | None = None  # [steps, D] the failed-state neighbour search's space (None: obs vectors)
     feature_keys: tuple[str, ...] = ()  # what `features` holds: vector keys, or "images/<camera>@8x8"
+    # [steps] True on the rows that are an episode's final observation (its metadata's final_obs, one more row at the
+    # episode's end; a success state where it succeeded), None when no episode has one
+    final_row: np.ndarray | None = None
 
     @property
     def n_episodes(self) -> int:
@@ -181,7 +184,7 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
     extra = [k for k in neighbor_keys if k not in spec.obs_dims]  # read for the labels only
     obs = {k: [] for k in [*spec.obs_dims, *spec.image_shapes]}
     side = {k: [] for k in extra}
-    ends, success, source, which, gt_p, gt_s, text, offset = [], [], [], [], [], [], [], 0
+    ends, success, source, which, gt_p, gt_s, text, offset, finals = [], [], [], [], [], [], [], 0, []
     for i, store in enumerate(stores):
         for k, d in spec.obs_dims.items():
             key = f"obs/{k}"
@@ -197,13 +200,27 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
             side[k].append(store.read(f"obs/{k}").astype(np.float32))
         if spec.instruction:
             text.append(episode_instructions(store))
-        ends.append(store.episode_ends + offset)
-        offset += store.n_steps
+        gt_p.append(store.read("progress").astype(np.float32) if "progress" in store.keys else None)
+        gt_s.append(store.read("success").astype(bool) if "success" in store.keys else None)
+        final = final_observations(store, [*spec.obs_dims, *extra]) if not spec.image_shapes else None
+        if final is not None:  # one more row per episode: the observation it ended in (gt: the last step's)
+            at = store.episode_ends
+            for part in (obs, side):
+                for k in part:
+                    part[k][-1] = np.insert(part[k][-1], at, final[k], axis=0)
+            for g in (gt_p, gt_s):
+                if g[-1] is not None:
+                    g[-1] = np.insert(g[-1], at, g[-1][at - 1], axis=0)
+        n_rows = store.n_steps + (store.n_episodes if final is not None else 0)
+        ends.append(store.episode_ends + np.arange(1, store.n_episodes + 1) * (final is not None) + offset)
+        row = np.zeros(n_rows, bool)
+        if final is not None:
+            row[ends[-1] - offset - 1] = True
+        finals.append(row)
+        offset += n_rows
         success.append(store.episode_attr("success").astype(bool))
         source.append(np.array([str(s) for s in store.episode_attr("source")]))
         which.append(np.full(store.n_episodes, i))
-        gt_p.append(store.read("progress").astype(np.float32) if "progress" in store.keys else None)
-        gt_s.append(store.read("success").astype(bool) if "success" in store.keys else None)
     cat = lambda parts: None if any(p is None for p in parts) else np.concatenate(parts)  # noqa: E731
     obs = {k: np.concatenate(v) for k, v in obs.items()}
     side = {k: np.concatenate(v) for k, v in side.items()}
@@ -213,8 +230,30 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
     else:
         keys = tuple(f"{k}@8x8" for k in sorted(spec.image_shapes))
         features = frame_features({k: obs[k] for k in spec.image_shapes})
+    final_row = np.concatenate(finals)
     return Episodes(obs, np.concatenate(ends), np.concatenate(success), np.concatenate(source), np.concatenate(which),
-                    cat(gt_p), cat(gt_s), np.concatenate(text) if spec.instruction else None, features, keys)
+                    cat(gt_p), cat(gt_s), np.concatenate(text) if spec.instruction else None, features, keys,
+                    final_row if final_row.any() else None)
+
+
+def final_observations(store, keys) -> dict[str, np.ndarray] | None:
+    """{key: [episodes, dim]} of the observations the store's episodes ended in (their metadata's final_obs, which
+    robot-rl-collect records), or None unless every episode has every key (older stores, other recorders)."""
+    import json
+
+    from robot_rl.data.episode import FINAL_OBS
+
+    out = {k: [] for k in keys}
+    for meta in store.episode_attr("metadata"):
+        final = json.loads(str(meta)).get(FINAL_OBS) or {}
+        for k in keys:
+            if k not in final:
+                return None
+            out[k].append(final[k])
+    out = {k: np.asarray(v, np.float32) for k, v in out.items()}
+    if any(v.shape != (store.n_episodes, *store.keys[f"obs/{k}"].shape) for k, v in out.items()):
+        return None  # a final observation of another size than the steps': not this store's
+    return out
 
 
 def rollout_policies(stores: Sequence) -> list[dict]:

@@ -72,7 +72,8 @@ class ResidualRLConfig:
     # ground truth only in evaluation)
     reward_model: str | None = None  # robot-rl-train-reward run dir (or its reward_model/): reward=learned, and
     # shaping with reward=learned|success
-    shaping: float = 1.0  # lambda of lambda * (gamma Phi(s') - Phi(s)) added when reward_model is set (0: none)
+    shaping: float = 0.0  # lambda of lambda * (gamma Phi(s') - Phi(s)) added when reward_model is set (0: none;
+    # docs/results/learned_rewards.md measures it on lift, push and peg_insert)
     shaping_decay_steps: int = 0  # lambda falls linearly from `shaping` to 0 over these env steps (0: constant)
     interventions: str = "none"  # none | scripted: the scripted human (robot_rl/hil) takes over when the policy drifts
     # the scripted human's settings (robot_rl.hil.scripted.ScriptedHumanConfig; configs/rl/residual.yaml selects
@@ -96,11 +97,11 @@ class ResidualRLConfig:
     final_eval: bool = True
     below_base_window: int = 60_000  # env steps evaluations may stay below the base's success before the run warns
     # (log + metrics.json "warnings"; 0: never). Whatever happens, policy/ is the best evaluated policy
-    # reward=learned: what the classifier's success does in an env episode (robot_rl/rl/rollout.py): once = its
-    # first fire pays and terminates the learner's episode, later fires pay nothing, the episode runs on to the env's
-    # own end | end = the first fire also ends the env's episode | every = every fire pays (a state where it fires
-    # falsely then pays every step it is held)
-    classifier_success: str = "once"
+    # reward=learned: what the classifier's success does in an env episode (robot_rl/rl/rollout.py): end = its first
+    # fire pays, terminates the learner's episode and ends the env's (a robot resets when its success detector
+    # fires) | once = the first fire pays, later ones do not, the episode runs on to the env's own end | every = every
+    # fire pays (a state where it fires falsely then pays every step it is held)
+    classifier_success: str = "end"
     seed: int = 0
     residual: ResidualConfig = dataclasses.field(default_factory=ResidualConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
