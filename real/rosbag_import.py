@@ -85,6 +85,8 @@ def _segments(msgs: dict) -> list[dict]:
         if ev.get("event") != "start":
             continue
         end = next(((t2, e2) for t2, e2 in events[i + 1 :] if e2.get("event") in ("start", "end")), None)
+        if end is not None and end[1].get("event") == "start" and end[1].get("index") == ev.get("index"):
+            continue  # a driver repeats a start until the node acknowledges it: the episode begins at the last one
         if end is not None and end[1].get("event") == "end" and end[1].get("index") == ev.get("index"):
             segs.append({"t0": t, "t1": end[0], "start": ev, "success": bool(end[1].get("success", False))})
         else:

@@ -50,7 +50,7 @@ class Rig:
     """Sim driver + control node (threads) + an operator participant, on a private DDS domain and namespace."""
 
     def __init__(self, tmp_path, policy: str = "expert", record: bool = False, extra: tuple = (), residual=None,
-                 on_chunk=None, env: dict | None = None, prestart=None):
+                 on_chunk=None, env: dict | None = None, prestart=None, store_name: str = "deploy.zarr"):
         """env: overrides of both lift envs (e.g. control_hz); prestart(rig): runs once the operator's publishers exist,
         before the node does (default: the e-stop button publishes its released state, as a button bridge does)."""
         from real.inference import InferenceWorker
@@ -99,7 +99,7 @@ class Rig:
             self.worker.poll = logged_poll
         self.recorder = None
         if record:
-            self.store = tmp_path / "deploy.zarr"
+            self.store = tmp_path / store_name
             self.recorder = DeploymentRecorder(
                 store=self.store, bag=None, bag_topics=bag_topics(self.cfg), task="lift", instruction="lift the red cube",
                 obs_dims={k: (v,) for k, v in self.worker.spec.obs_dims.items()}, action_dim=self.worker.spec.action_dim,
@@ -420,10 +420,18 @@ def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig
     def arrived(r, step, open_):  # a chunk arriving during step k serves k only while k waits for its action
         chunks.append((r[2], r[3], step if open_ else step + 1))
 
-    rig = rig_factory(policy=str(base_dir), record=True, residual=load_residual(str(res_dir)), on_chunk=arrived)
-    s = rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps with the residual in the loop")
-    rig.close()  # commits the running episode (partial)
-    assert s["counts"].get("starved_steps", 0) == 0 and s["mode"] == "running", s
+    # A starved step (a chunk later than its step: a machine too busy to run the base in time) is held, and the
+    # comparison below needs every step served: such a run is timing, not the residual, so it is run again.
+    for attempt in range(3):
+        chunks.clear()
+        rig = rig_factory(policy=str(base_dir), record=True, residual=load_residual(str(res_dir)), on_chunk=arrived,
+                          store_name=f"deploy{attempt}.zarr")
+        s = rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps with the residual in the loop")
+        rig.close()  # commits the running episode (partial)
+        assert s["mode"] == "running", s
+        if s["counts"].get("starved_steps", 0) == 0:
+            break
+    assert s["counts"].get("starved_steps", 0) == 0, f"every attempt starved: {s}"
     store = EpisodeStore.open(rig.store)
     assert store.n_episodes == 1
     obs = {k: store.read(f"obs/{k}") for k in ("proprio", "object")}

@@ -237,7 +237,7 @@ def fuzz(rig: Rig, camera_topic: str, n: int, rng: np.random.Generator) -> dict:
 
     for topic, (prefix, msg_type) in FUZZ_TOPICS.items():
         def rejected():
-            return sum(v for k, v in safety.counts.items() if k.startswith(prefix))
+            return sum(v for k, v in dict(safety.counts).items() if k.startswith(prefix))  # a snapshot: the node counts on
 
         name = camera_topic if topic == "camera" else getattr(rig.cfg.topics, topic)
         pub = rig.t_op.publisher(name, msg_type, RELIABLE)
@@ -272,7 +272,7 @@ def test_malformed_messages_on_every_topic_are_dropped_counted_and_the_node_keep
     s = rig.wait_for(lambda s: s["counts"]["commands"] > counts.get("commands", 0), what="a status after the fuzz")
     assert running(s) and s["episode"] == 0 and not rig.errors and all(th.is_alive() for th in rig.threads)
     # each kind of rejection is logged once, however often it happens
-    kinds = [k for k in rig.node.safety.counts if k.startswith("rejected_")]
+    kinds = [k for k in dict(rig.node.safety.counts) if k.startswith("rejected_")]
     for k in kinds:
         assert sum(f"({k})" in line for line in rig.logs) == 1, (k, [x for x in rig.logs if k in x])
 
@@ -392,7 +392,7 @@ def observe_random_policy(rig_factory, actions: int, commands: int, extra: tuple
                                    if k in ("velocity_violations", "excess_ms", "slack_ms")}
     report.update(late_updates=rig.node.counts["late_updates"], starved_steps=rig.node.counts["starved_steps"],
                   chunks=len(planner.chunk_latency), stop_reason=rig.node.safety.stop_reason,
-                  clipped={k: v for k, v in rig.node.safety.counts.items() if k.startswith(("clipped", "nonfinite"))})
+                  clipped={k: v for k, v in dict(rig.node.safety.counts).items() if k.startswith(("clipped", "nonfinite"))})
     return rig, report
 
 

@@ -109,3 +109,20 @@ def test_import_rosbag_refuses_missing_bags_and_bags_without_commands(tmp_path, 
     proc = cli_here("robot-rl-import-rosbag", str(tmp_path / "states_only"), str(tmp_path / "out.zarr"))
     assert_one_line_error(proc, "no commands on /forward_position_controller/commands")
     assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_start_the_driver_repeated_until_the_node_acknowledged_is_one_episode():
+    """The sim driver (and a robot's) repeats an episode's start event until the node acknowledges it; the node
+    restarts on each repeat, so the bag's episode begins at the last repeat, and no partial episode is invented."""
+    from real.rosbag_import import _segments
+
+    def ev(t, **d):
+        return (t, M.String(data=json.dumps(d)))
+
+    starts = [ev(t, event="start", index=0, target=[0.5, 0.0, 0.02]) for t in (10, 20, 30)]
+    msgs = {"episode": [*starts, ev(90, event="end", index=0, success=True, steps=4),
+                        ev(100, event="start", index=1), ev(110, event="start", index=2)],
+            "command": []}
+    segs = _segments(msgs)
+    assert [(s["t0"], s["t1"], s["success"], s.get("partial", False)) for s in segs] == [
+        (30, 90, True, False), (100, 110, False, True), (110, None, False, True)]
