@@ -90,16 +90,13 @@ def test_success_targets_mark_the_last_frames_and_leave_a_gap():
     assert not label[4:6].any()  # a failed episode's ending is a negative
 
 
-def test_an_episode_that_ends_in_its_final_observation_has_that_state_alone_as_positive():
+def test_an_episode_that_ends_in_its_final_observation_has_that_state_among_its_positives():
     # episodes of 8 and 6 rows, each ending in its final observation (a success state in the first)
-    ends, final = np.array([8, 14]), np.zeros(14, bool)
-    final[[7, 13]] = True
-    label, used = L.success_targets(ends, np.array([True, False]), positive_frames=2, gap_frames=1, final_row=final)
-    assert np.nonzero(label)[0].tolist() == [7]  # the success state itself
-    assert np.nonzero(~used)[0].tolist() == [4, 5, 6]  # the 2 + 1 steps just before it: left out
+    ends = np.array([8, 14])
+    label, used = L.success_targets(ends, np.array([True, False]), positive_frames=2, gap_frames=1)
+    assert np.nonzero(label)[0].tolist() == [6, 7]  # the last stored step and the success state after it
+    assert np.nonzero(~used)[0].tolist() == [5]
     assert not label[8:].any() and used[8:].all()  # a failure's final state is a negative like its others
-    old, _ = L.success_targets(ends, np.array([True, False]), positive_frames=2, gap_frames=1)
-    assert np.nonzero(old)[0].tolist() == [6, 7]  # without final observations: the last 2 rows
 
 
 def test_collected_episodes_keep_their_final_observation_and_the_reward_data_ends_each_with_it(tmp_path):

@@ -191,6 +191,12 @@ def test_guard_rides_out_a_dip_rolls_back_on_hacking_and_stops_at_the_best_polic
     dip.record(_check(40, 50), 0)
     assert [dip.record(_check(2, 20), s) for s in (20_000, 40_000)] == ["below", "stop"]  # on_regression=stop
     assert "2 checks in a row" in dip.warnings[-1] and dip.stopped_at == 40_000
+    climb = Guard(GuardConfig(patience=3))  # a dip that climbs (peg_insert's checks on learned rewards) runs on
+    climb.record(_check(44, 50), 0)
+    assert [climb.record(_check(k, 20), 20_000 * (i + 1)) for i, k in enumerate((1, 12, 8, 14, 13))] == [
+        "below"] * 5 and climb.below_in_a_row == 2 and not climb.warnings
+    assert climb.record(_check(12, 20), 120_000) == "stop"  # 3 in a row no better than the dip's best (14 of 20)
+    assert "3 checks in a row without climbing" in climb.warnings[-1]
     warn = Guard(GuardConfig(on_regression="warn", patience=1))
     warn.record(_check(40, 50), 0)
     assert warn.record(_check(0, 20), 20_000) == "warn" and warn.rollbacks == 0 and warn.stopped_at is None

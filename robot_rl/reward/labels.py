@@ -124,12 +124,10 @@ def progress_targets(ends: np.ndarray, success: np.ndarray, features: np.ndarray
 
 
 def success_targets(ends: np.ndarray, success: np.ndarray, positive_frames: int = 2,
-                    gap_frames: int = 3, final_row: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    gap_frames: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """(label, used) per step [total_steps]: label True on the last `positive_frames` steps of successful
-    episodes; `used` False on the `gap_frames` steps before those (left out of training and evaluation). An episode
-    whose last row is its final observation (`final_row` [total_steps]: the success state itself where it
-    succeeded) has that row alone as its positive, and the `positive_frames + gap_frames` steps before it left out:
-    they are the moments just before success, which the classifier need not call either way."""
+    episodes (where an episode ends in its final observation, that success state is the last of them); `used` False
+    on the `gap_frames` steps before those (left out of training and evaluation)."""
     if positive_frames < 1 or gap_frames < 0:
         raise ValueError(f"positive_frames={positive_frames} must be >= 1 and gap_frames={gap_frames} >= 0")
     success = np.asarray(success, bool)
@@ -140,12 +138,6 @@ def success_targets(ends: np.ndarray, success: np.ndarray, positive_frames: int 
     won = success[episode]
     label = won & (from_end <= positive_frames)
     used = ~(won & (from_end > positive_frames) & (from_end <= positive_frames + gap_frames))
-    if final_row is not None:
-        ends_final = np.zeros(len(ends), bool)
-        ends_final[episode[np.asarray(final_row, bool)]] = True
-        f = ends_final[episode]  # steps of episodes that end in a final row
-        label = np.where(f, won & (from_end == 1), label)
-        used = np.where(f, ~(won & (from_end > 1) & (from_end <= 1 + positive_frames + gap_frames)), used)
     return label, used
 
 

@@ -214,15 +214,13 @@ class OnlineReward:
         ends = np.cumsum([len(e.obs[self.keys[0]]) for e in eps])
         online = {k: np.concatenate([e.obs[k] for e in eps]) for k in self.keys}
         tcfg = RewardTrainConfig()  # positive / gap frames as the model was trained with
-        last = np.zeros(int(ends[-1]), bool)
-        last[ends - 1] = True  # every labelled episode ends in the state it ended in (a success state if it succeeded)
-        label, used = L.success_targets(ends, np.array([e.label for e in eps]), tcfg.positive_frames,
-                                        tcfg.gap_frames, last)
+        # every labelled episode ends in the state it ended in (a success state if it succeeded)
+        label, used = L.success_targets(ends, np.array([e.label for e in eps]), tcfg.positive_frames, tcfg.gap_frames)
         rows_online = np.nonzero(used)[0]
         obs, target, rows = online, label.astype(np.float32), rows_online
         if self.original is not None:  # the original data, and the labelled states repeated to half of it
             o_label, o_used = L.success_targets(self.original.ends, self.original.success, tcfg.positive_frames,
-                                                tcfg.gap_frames, self.original.final_row)
+                                                tcfg.gap_frames)
             n0 = len(o_label)
             obs = {k: np.concatenate([self.original.obs[k], online[k]]) for k in self.keys}
             target = np.concatenate([o_label, label]).astype(np.float32)
@@ -324,7 +322,7 @@ def original_episodes(model, demo_store=None):
 
 def check_fires_on_demos(model, episodes, path: str = "the reward model") -> float:
     """The classifier's TPR on successful episodes' endings (it fires on one of the states it was trained to call
-    success: the final observation, else the last positive_frames steps); RewardModelRefused below MIN_DEMO_TPR,
+    success: the last positive_frames steps, the final observation among them where the store has it); RewardModelRefused below MIN_DEMO_TPR,
     naming the measured TPR. `episodes`: robot_rl.reward.episodes.Episodes with successes (e.g. the run's demos)."""
     from robot_rl.reward.train import RewardTrainConfig
 
@@ -332,10 +330,9 @@ def check_fires_on_demos(model, episodes, path: str = "the reward model") -> flo
     if not len(won):
         return float("nan")
     ends = np.asarray(episodes.ends)
-    final = episodes.final_row
-    k = [1 if final is not None and final[ends[e] - 1] else RewardTrainConfig().positive_frames for e in won]
+    n = RewardTrainConfig().positive_frames
     starts = np.concatenate([[0], ends[:-1]])
-    ranges = [np.arange(max(ends[e] - n, starts[e]), ends[e]) for e, n in zip(won, k)]
+    ranges = [np.arange(max(ends[e] - n, starts[e]), ends[e]) for e in won]
     rows = np.concatenate(ranges)
     fired = model.success({key: v[rows] for key, v in episodes.obs.items() if key in model.spec.inputs})
     detected = np.zeros(len(won), bool)

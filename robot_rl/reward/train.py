@@ -230,7 +230,7 @@ def progress_metrics(phi: np.ndarray, data: Episodes, episodes: np.ndarray) -> d
 def classifier_metrics(p: np.ndarray, data: Episodes, episodes: np.ndarray, threshold: float,
                        cfg: RewardTrainConfig) -> dict:
     """AUROC and rates at `threshold` on the labelled steps of `episodes`; per-episode false alarms."""
-    label, used = L.success_targets(data.ends, data.success, cfg.positive_frames, cfg.gap_frames, data.final_row)
+    label, used = L.success_targets(data.ends, data.success, cfg.positive_frames, cfg.gap_frames)
     episode, _, _ = L.episode_index(data.ends)
     mask = np.isin(episode, episodes)
     sel = mask & used
@@ -327,7 +327,7 @@ def train_reward(run_dir: Path, cfg: RewardTrainConfig, data: Episodes, spec: Re
                          log, "progress", advance, log_progress, text)
 
     # success classifier: positives are rare (a few frames per success), balance the two classes
-    label, used = L.success_targets(data.ends, data.success, cfg.positive_frames, cfg.gap_frames, data.final_row)
+    label, used = L.success_targets(data.ends, data.success, cfg.positive_frames, cfg.gap_frames)
     sel = train_m & used
     n_pos = int(label[sel].sum())
     w = np.where(label[sel], (sel.sum() - n_pos) / max(n_pos, 1), 1.0)

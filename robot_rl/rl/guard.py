@@ -14,9 +14,9 @@ apart by the operator's labels (robot_rl/reward/online.py):
     actor, critics and optimizers, returns to the best vouched policy and relearns on the refitted classifier's
     relabelled replay) or warn. Once `max_rollbacks` are spent, the next one stops the run there.
   - a dip: residual RL moves its actor where its critics have no data yet, and on precise tasks the policy gets
-    worse for a while before it gets better (docs/results/residual_rl.md). Training goes on; `patience` checks below
-    the base in a row are a regression, and `on_regression` says what then happens: stop (at the best vouched
-    policy), rollback, or warn.
+    worse for a while before it gets better (docs/results/residual_rl.md). Training goes on while the dip climbs:
+    `patience` checks below the base in a row, none of them better than the best check of the dip before it, are a
+    regression, and `on_regression` says what then happens: stop (at the best vouched policy), rollback, or warn.
 Vouched: a check that is not below the base. The best vouched policy has the highest checked success (the base's
 zero residual included, a later check wins a tie); policy/ is it, whatever happened on the way.
 
@@ -39,7 +39,7 @@ class GuardConfig:
     every: int = 20_000  # env steps between checks of the current policy (0: only the base's and the final one)
     episodes: int = 20  # episodes of one check (each one operator label and its robot time)
     base_episodes: int = 50  # episodes of the base's check at env step 0 and of the final check
-    patience: int = 5  # consecutive checks below the base (without reward hacking) that make a regression
+    patience: int = 5  # checks below the base in a row, none better than the dip's best before it, that are a regression
     on_regression: str = "stop"  # warn | rollback | stop, at a regression
     on_hacking: str = "rollback"  # warn | rollback, at a check below the base while the labels show reward hacking
     max_rollbacks: int = 2  # rollbacks before the next one stops the run
@@ -71,7 +71,8 @@ class Guard:
     labels: int = 0  # operator labels the checks used (one per episode)
     robot_steps: int = 0  # env steps the checked episodes took
     rollbacks: int = 0
-    below_in_a_row: int = 0  # consecutive checks below the base so far
+    below_in_a_row: int = 0  # consecutive checks below the base since the dip last climbed
+    dip_best: float | None = None  # the best success of the checks below the base in a row (None: not in a dip)
     stopped_at: int | None = None  # env step the run stopped at, when it did
     warnings: list = dataclasses.field(default_factory=list)
 
@@ -93,11 +94,14 @@ class Guard:
             self.base = {"successes": k, "episodes": n, "success_rate": k / n}
             decision = "best"
         elif below(m, self.base["success_rate"]):
-            self.below_in_a_row += 1
+            climbed = self.dip_best is not None and row["success_rate"] > self.dip_best
+            self.below_in_a_row = 1 if climbed else self.below_in_a_row + 1
+            self.dip_best = max(row["success_rate"], self.dip_best or 0.0)
             if hacking:
                 decision = self._act(self.cfg.on_hacking, m, row, "the labels show reward hacking")
             elif self.below_in_a_row >= self.cfg.patience:
-                decision = self._act(self.cfg.on_regression, m, row, f"{self.below_in_a_row} checks in a row")
+                decision = self._act(self.cfg.on_regression, m, row,
+                                     f"{self.below_in_a_row} checks in a row without climbing")
             else:
                 decision = "below"
         elif self.best is None or row["success_rate"] >= self.best["success_rate"]:
@@ -107,7 +111,7 @@ class Guard:
         if decision == "best":
             self.best = dict(row)
         if decision in ("best", "vouched", "warn", "rollback"):
-            self.below_in_a_row = 0
+            self.below_in_a_row, self.dip_best = 0, None
         self.checks.append({**row, "decision": decision})
         return decision
 

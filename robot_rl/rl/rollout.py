@@ -38,16 +38,16 @@ CLASSIFIER_SUCCESS = ("once", "end", "every")  # what a learned classifier's suc
 
 class Collector:
     def __init__(self, env, policy: ResidualPolicy, replay: Replay, reward: str = "success", explore_std: float = 0.0,
-                 seed: int = 0, learned=None, hil=None, online=None, classifier_success: str = "end"):
+                 seed: int = 0, learned=None, hil=None, online=None, classifier_success: str = "once"):
         """`explore_std`: std of the residual's exploration noise as a fraction of its scale (training passes
         rl.explore_std). `learned`: a robot_rl.reward.LearnedReward; required by reward="learned", optional shaping with
         "success" (then built with success="env"). `hil`: a robot_rl.hil.InterventionController (a human or the
         scripted human) that may take over envs; its steps are executed, flagged and recorded. `online`: a
         robot_rl.reward.online.OnlineReward that records every episode and labels some (reward="learned").
         `classifier_success` (reward="learned", CLASSIFIER_SUCCESS): what the classifier's success does in an env
-        episode: "end" pays its first fire (a learner termination) and ends the env's episode there
-        (env.end_episodes), as a robot's success detector does; "once" pays the first fire and nothing after, while
-        the episode runs on to the env's own end; "every" pays every fire."""
+        episode: "once" pays the first fire and nothing after, while the episode runs on to the env's own end; "end"
+        pays its first fire (a learner termination) and ends the env's episode there (env.end_episodes), as a robot's
+        success detector does; "every" pays every fire."""
         if classifier_success not in CLASSIFIER_SUCCESS:
             raise ValueError(f"classifier_success={classifier_success!r}; valid: {', '.join(CLASSIFIER_SUCCESS)}")
         if reward not in REWARDS:

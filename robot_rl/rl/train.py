@@ -97,11 +97,12 @@ class ResidualRLConfig:
     final_eval: bool = True
     below_base_window: int = 60_000  # env steps evaluations may stay below the base's success before the run warns
     # (log + metrics.json "warnings"; 0: never). Whatever happens, policy/ is the best evaluated policy
-    # reward=learned: what the classifier's success does in an env episode (robot_rl/rl/rollout.py): end = its first
-    # fire pays, terminates the learner's episode and ends the env's (a robot resets when its success detector
-    # fires) | once = the first fire pays, later ones do not, the episode runs on to the env's own end | every = every
-    # fire pays (a state where it fires falsely then pays every step it is held)
-    classifier_success: str = "end"
+    # reward=learned: what the classifier's success does in an env episode (robot_rl/rl/rollout.py): once = the first
+    # fire pays, later ones do not, the episode runs on to the env's own end | end = its first fire pays, terminates
+    # the learner's episode and ends the env's (a robot resets when its success detector fires: a fire just before
+    # success then ends the episode short of it) | every = every fire pays (a state where it fires falsely then pays
+    # every step it is held). Chosen in docs/results/learned_rewards.md
+    classifier_success: str = "once"
     seed: int = 0
     residual: ResidualConfig = dataclasses.field(default_factory=ResidualConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
