@@ -123,10 +123,15 @@ def test_collect_policy_records_rollouts_with_source_policy(stores, tmp_path):
     store.close()
 
     # the reward model keeps whose failures it saw; residual RL on that policy has nothing to warn about
-    proc = run_cli("robot-rl-train-reward", f"data={stores[0]}", f"rollouts={out}", *TINY,
+    proc = run_cli("robot-rl-train-reward", f"data={stores[0]}", f"rollouts={out}", *TINY, "positive_frames=1",
                    f"hydra.run.dir={tmp_path / 'reward'}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     model = load_reward_model(tmp_path / "reward")
+    from robot_rl.reward.online import success_frames  # refits label as the model was trained
+    assert model.info["success_labels"] == {"positive_frames": 1, "gap_frames": 3, "min_tpr": 0.9}
+    assert success_frames(model) == (1, 3, 0.9)
+    model.info.pop("success_labels")
+    assert success_frames(model) == (2, 3, 0.9)  # a model saved before they were recorded: the defaults
     assert model.info["rollout_policies"] == [{"policy": str(tmp_path / "policy"), "sha256": policy.weights_sha256(),
                                                "episodes": 3, "failed": 3}]
     assert json.loads((tmp_path / "reward" / "metrics.json").read_text())["rollout_policies"][0]["episodes"] == 3

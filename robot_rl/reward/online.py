@@ -213,14 +213,14 @@ class OnlineReward:
         eps = self.episodes
         ends = np.cumsum([len(e.obs[self.keys[0]]) for e in eps])
         online = {k: np.concatenate([e.obs[k] for e in eps]) for k in self.keys}
-        tcfg = RewardTrainConfig()  # positive / gap frames as the model was trained with
+        tcfg = RewardTrainConfig()  # the fit's other settings
+        *frames, min_tpr = success_frames(self.learned.model)  # positive / gap frames, min_tpr as it was trained
         # every labelled episode ends in the state it ended in (a success state if it succeeded)
-        label, used = L.success_targets(ends, np.array([e.label for e in eps]), tcfg.positive_frames, tcfg.gap_frames)
+        label, used = L.success_targets(ends, np.array([e.label for e in eps]), *frames)
         rows_online = np.nonzero(used)[0]
         obs, target, rows = online, label.astype(np.float32), rows_online
         if self.original is not None:  # the original data, and the labelled states repeated to half of it
-            o_label, o_used = L.success_targets(self.original.ends, self.original.success, tcfg.positive_frames,
-                                                tcfg.gap_frames)
+            o_label, o_used = L.success_targets(self.original.ends, self.original.success, *frames)
             n0 = len(o_label)
             obs = {k: np.concatenate([self.original.obs[k], online[k]]) for k in self.keys}
             target = np.concatenate([o_label, label]).astype(np.float32)
@@ -236,7 +236,7 @@ class OnlineReward:
         positives = np.unique(rows[pos])
         if len(positives):  # nothing to calibrate on (no labelled success, no original data): the threshold stays
             model.threshold = threshold_for_tpr(model.success_prob({k: v[positives] for k, v in obs.items()}),
-                                                tcfg.min_tpr)
+                                                min_tpr)
         p = model.success_prob({k: online[k] for k in self.keys})
         fired = p >= model.threshold
         episode, _, _ = L.episode_index(ends)
@@ -320,17 +320,27 @@ def original_episodes(model, demo_store=None):
         return None
 
 
-def check_fires_on_demos(model, episodes, path: str = "the reward model") -> float:
-    """The classifier's TPR on successful episodes' endings (it fires on one of the states it was trained to call
-    success: the last positive_frames steps, the final observation among them where the store has it); RewardModelRefused below MIN_DEMO_TPR,
-    naming the measured TPR. `episodes`: robot_rl.reward.episodes.Episodes with successes (e.g. the run's demos)."""
+def success_frames(model) -> tuple[int, int, float]:
+    """(positive_frames, gap_frames, min_tpr) the classifier was trained with (robot_rl.reward.train.RewardTrainConfig;
+    its defaults for a model saved before they were recorded)."""
     from robot_rl.reward.train import RewardTrainConfig
 
+    d = RewardTrainConfig()
+    rec = model.info.get("success_labels") or {}
+    return (int(rec.get("positive_frames", d.positive_frames)), int(rec.get("gap_frames", d.gap_frames)),
+            float(rec.get("min_tpr", d.min_tpr)))
+
+
+def check_fires_on_demos(model, episodes, path: str = "the reward model") -> float:
+    """The classifier's TPR on successful episodes' endings (it fires on one of the states it was trained to call
+    success: the last positive_frames steps, the final observation among them where the store has it);
+    RewardModelRefused below MIN_DEMO_TPR, naming the measured TPR. `episodes`: robot_rl.reward.episodes.Episodes
+    with successes (e.g. the run's demos)."""
     won = np.nonzero(episodes.success)[0]
     if not len(won):
         return float("nan")
     ends = np.asarray(episodes.ends)
-    n = RewardTrainConfig().positive_frames
+    n = success_frames(model)[0]
     starts = np.concatenate([[0], ends[:-1]])
     ranges = [np.arange(max(ends[e] - n, starts[e]), ends[e]) for e in won]
     rows = np.concatenate(ranges)

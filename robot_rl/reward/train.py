@@ -375,7 +375,9 @@ def train_reward(run_dir: Path, cfg: RewardTrainConfig, data: Episodes, spec: Re
     }
     model.info = {**(info or {}), "test": {"spearman": metrics["progress"]["spearman"],
                                            "auroc": metrics["classifier"]["auroc"],
-                                           "fpr": metrics["classifier"]["fpr"]}}
+                                           "fpr": metrics["classifier"]["fpr"]},
+                  "success_labels": {"positive_frames": cfg.positive_frames, "gap_frames": cfg.gap_frames,
+                                     "min_tpr": cfg.min_tpr}}
     model.save(run_dir / CHECKPOINT_DIR)
     plot_progress(run_dir / "progress.png", phi_all, data, test, f"progress model {spec.task} (test episodes)")
     log.plot(run_dir / "curves.png", ["train/progress_loss", "val/progress_spearman", "train/success_loss",
