@@ -17,6 +17,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Small torch models run ~10x slower with intra-op threads on 2 busy cores (measured: 150 SB3 SAC updates
 # 22 s with 2 threads, 2 s with 1). Set before torch is imported anywhere in the session.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The suite's MJX programs (and its subprocesses') compile with most XLA optimizations off: on a fresh clone
+# (CI: no JAX cache yet) compiling dominates their tests, and their few hundred steps run slower by less.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 # Randomization used by the shared envs: every mechanism on, so equivalence and determinism cover it.
 DR = dict(
@@ -53,10 +56,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.fixture(scope="session", autouse=True)
 def _jax_cache():
-    import jax
+    from robot_rl.common.jax_cache import enable_compilation_cache
 
-    jax.config.update("jax_compilation_cache_dir", str(ROOT / ".cache" / "jax"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    enable_compilation_cache(ROOT / ".cache" / "jax")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,66 @@
+"""Diagnostic: success classifiers scored on the policy's own labelled episodes from a learned-reward run.
+
+    python experiments/classifier_claims.py runs/peg_exp/noshape/checkpoints/step_000100000 \
+        runs/quickstart/peg38g/reward/reward_model runs/peg_exp/rw_g1/reward_model [--thresholds 0.5,0.9,0.99]
+
+A residual run with rl.reward=learned keeps the training episodes the operator labelled in its checkpoints
+(robot_rl/reward/online.py OnlineReward: every state of each, its label). Each reward model given is scored on
+them: an episode is claimed when the classifier fires on any of its states (at the model's own threshold, and at
+each of --thresholds). With several models, "all fire" claims only where every one fires at its own threshold (an
+ensemble's agreement). Prints one line per classifier: claims on the labelled successes and on the failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors import safe_open
+
+from robot_rl.reward.model import load_reward_model
+
+
+def labelled_episodes(checkpoint: Path) -> list[tuple[dict, bool]]:
+    """[(obs {key: [T, dim]}, the operator's label)] of a residual checkpoint's labelled episodes."""
+    state = json.loads((checkpoint / "config.json").read_text())["train"]["online"]["state"]
+    prefix = "online.arrays.labelled."
+    with safe_open(str(checkpoint / "model.safetensors"), "np") as f:
+        arrays = {k[len(prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
+    out, start = [], 0
+    for e in state["episodes"]:
+        n = int(e["length"])
+        out.append(({k: v[start:start + n] for k, v in arrays.items()}, bool(e["label"])))
+        start += n
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("checkpoint", type=Path, help="a learned-reward residual run's checkpoints/step_* directory")
+    ap.add_argument("models", nargs="+", help="reward model directories")
+    ap.add_argument("--thresholds", default="", help="comma-separated probabilities to score at as well")
+    args = ap.parse_args()
+    episodes = labelled_episodes(args.checkpoint)
+    label = np.array([lab for _, lab in episodes])
+    print(f"{len(episodes)} labelled episodes: {int(label.sum())} successes, {int((~label).sum())} failures")
+
+    def line(name: str, claimed: np.ndarray) -> None:
+        print(f"{name}: claims on successes {int((claimed & label).sum())}/{int(label.sum())}, "
+              f"on failures {int((claimed & ~label).sum())}/{int((~label).sum())}")
+
+    fires = []
+    for path in args.models:
+        model = load_reward_model(path)
+        best = np.array([model.success_prob(obs).max() for obs, _ in episodes])
+        fires.append([model.success(obs) for obs, _ in episodes])
+        line(f"{path} (threshold {model.threshold:.4f})", best >= model.threshold)
+        for t in (float(x) for x in args.thresholds.split(",") if x):
+            line(f"  at {t:g}", best >= t)
+    if len(fires) > 1:
+        line("all fire", np.array([np.logical_and.reduce([f[e] for f in fires]).any() for e in range(len(episodes))]))
+
+
+if __name__ == "__main__":
+    main()
