@@ -229,7 +229,7 @@ def test_a_check_below_the_base_rolls_the_learner_back_to_the_best_policy(tmp_pa
         assert ws.check(log, 4) == "best" and ws.guard.base["successes"] >= 3
         base_actor = {k: v.clone() for k, v in ws.policy.actor.state_dict().items()}
         base_critic = {k: v.clone() for k, v in ws.learner.critic.state_dict().items()}
-        ws.env_steps = 200
+        ws.env_steps, ws.learner.updates = 200, 70  # as if the learner had updated 70 times since the base's check
         with torch.no_grad():
             for p in list(ws.policy.actor.parameters()) + list(ws.learner.critic.parameters()):
                 p.add_(torch.randn_like(p))  # the residual now drives the arm off at full scale
@@ -237,6 +237,7 @@ def test_a_check_below_the_base_rolls_the_learner_back_to_the_best_policy(tmp_pa
         assert all(torch.equal(v, base_actor[k]) for k, v in ws.policy.actor.state_dict().items())
         assert all(torch.equal(v, base_critic[k]) for k, v in ws.learner.critic.state_dict().items())
         assert "rolled back to the policy of env step 0" in ws.guard.warnings[0]
+        assert ws.learner.updates == 0 and ws.guard.discarded_updates == 70  # undone, and still counted as done
         log.close()
     finally:
         env.close()

@@ -74,6 +74,7 @@ class Guard:
     below_in_a_row: int = 0  # consecutive checks below the base since the dip last climbed
     dip_best: float | None = None  # the best success of the checks below the base in a row (None: not in a dip)
     stopped_at: int | None = None  # env step the run stopped at, when it did
+    discarded_updates: int = 0  # learner updates undone by returning to an earlier policy (still performed)
     warnings: list = dataclasses.field(default_factory=list)
 
     def next_seed(self) -> int:

@@ -432,6 +432,8 @@ class ResidualWorkspace:
     def restore(self, snap: dict) -> None:
         import copy
 
+        if self.guard is not None:  # the updates since the snapshot were performed: metrics count them
+            self.guard.discarded_updates += self.learner.updates - int(snap["learner"]["updates"])
         self.policy.actor.load_state_dict(snap["actor"])
         self.learner.load_state(copy.deepcopy(snap["learner"]))
         if self.stats_frozen and not snap["stats_frozen"]:  # a snapshot from before the statistics were fixed
@@ -627,7 +629,8 @@ class ResidualWorkspace:
         log.plot(self.run_dir / "curves.png",
                  ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean", "residual/abs_mean",
                   "perf/updates_per_s"], title=f"residual RL {self.env.cfg.task}")
-        return {"final_eval": final, "env_steps": self.env_steps, "updates": self.learner.updates,
+        done = self.learner.updates + (self.guard.discarded_updates if self.guard is not None else 0)
+        return {"final_eval": final, "env_steps": self.env_steps, "updates": done,
                 "episodes": self.episodes, "train_time_s": self.train_time, "eval_time_s": clock.paused_s,
                 "env_steps_this_session": self.env_steps - start_steps, **self.watch_summary()}
 
