@@ -53,8 +53,9 @@ def main() -> None:
     fires = []
     for path in args.models:
         model = load_reward_model(path)
-        best = np.array([model.success_prob(obs).max() for obs, _ in episodes])
-        fires.append([model.success(obs) for obs, _ in episodes])
+        probs = [model.success_prob(obs) for obs, _ in episodes]  # one pass; success() is prob >= threshold
+        best = np.array([p.max() for p in probs])
+        fires.append([p >= model.threshold for p in probs])
         line(f"{path} (threshold {model.threshold:.4f})", best >= model.threshold)
         for t in (float(x) for x in args.thresholds.split(",") if x):
             line(f"  at {t:g}", best >= t)

@@ -186,11 +186,13 @@ def test_guard_rides_out_a_dip_rolls_back_on_hacking_and_stops_at_the_best_polic
     assert "rolled back to the policy of env step 20000 (checked 0.90), rollback 1 of" in g.warnings[-1]
     assert g.record(_check(2, 20), 100_000, hacking=True) == "stop"  # rollbacks spent
     assert g.stopped_at == 100_000 and "training stopped at the policy of env step 20000" in g.warnings[-1]
+    assert "(rl.guard.max_rollbacks=1 spent)" in g.warnings[-1]  # the warning names the setting that acted
     assert g.labels == 190 and g.robot_steps == 1900 and g.best["env_steps"] == 20_000
     dip = Guard(GuardConfig(patience=2))
     dip.record(_check(40, 50), 0)
     assert [dip.record(_check(2, 20), s) for s in (20_000, 40_000)] == ["below", "stop"]  # on_regression=stop
     assert "2 checks in a row" in dip.warnings[-1] and dip.stopped_at == 40_000
+    assert "(rl.guard.on_regression=stop)" in dip.warnings[-1]
     climb = Guard(GuardConfig(patience=3))  # a dip that climbs (peg_insert's checks on learned rewards) runs on
     climb.record(_check(44, 50), 0)
     assert [climb.record(_check(k, 20), 20_000 * (i + 1)) for i, k in enumerate((1, 12, 8, 14, 13))] == [
@@ -200,6 +202,7 @@ def test_guard_rides_out_a_dip_rolls_back_on_hacking_and_stops_at_the_best_polic
     warn = Guard(GuardConfig(on_regression="warn", patience=1))
     warn.record(_check(40, 50), 0)
     assert warn.record(_check(0, 20), 20_000) == "warn" and warn.rollbacks == 0 and warn.stopped_at is None
+    assert warn.warnings[-1].endswith("training goes on (rl.guard.on_regression=warn)")
     with pytest.raises(ValueError, match="on_regression='retry'"):
         GuardConfig(on_regression="retry")
     with pytest.raises(ValueError, match="on_hacking='stop'"):

@@ -39,7 +39,7 @@ class GuardConfig:
     every: int = 20_000  # env steps between checks of the current policy (0: only the base's and the final one)
     episodes: int = 20  # episodes of one check (each one operator label and its robot time)
     base_episodes: int = 50  # episodes of the base's check at env step 0 and of the final check
-    patience: int = 5  # checks below the base in a row, none better than the dip's best before it, that are a regression
+    patience: int = 5  # checks below the base in a row, none better than the dip's best before it: a regression
     on_regression: str = "stop"  # warn | rollback | stop, at a regression
     on_hacking: str = "rollback"  # warn | rollback, at a check below the base while the labels show reward hacking
     max_rollbacks: int = 2  # rollbacks before the next one stops the run
@@ -99,10 +99,9 @@ class Guard:
             self.below_in_a_row = 1 if climbed else self.below_in_a_row + 1
             self.dip_best = max(row["success_rate"], self.dip_best or 0.0)
             if hacking:
-                decision = self._act(self.cfg.on_hacking, m, row, "the labels show reward hacking")
+                decision = self._act("on_hacking", m, row, "the labels show reward hacking")
             elif self.below_in_a_row >= self.cfg.patience:
-                decision = self._act(self.cfg.on_regression, m, row,
-                                     f"{self.below_in_a_row} checks in a row without climbing")
+                decision = self._act("on_regression", m, row, f"{self.below_in_a_row} checks in a row without climbing")
             else:
                 decision = "below"
         elif self.best is None or row["success_rate"] >= self.best["success_rate"]:
@@ -116,8 +115,11 @@ class Guard:
         self.checks.append({**row, "decision": decision})
         return decision
 
-    def _act(self, action: str, m: dict, row: dict, why: str) -> str:
-        if action == "rollback" and self.rollbacks >= self.cfg.max_rollbacks:
+    def _act(self, setting: str, m: dict, row: dict, why: str) -> str:
+        """What rl.guard.<setting> (on_hacking | on_regression) says at this check; the warning line names it."""
+        action = getattr(self.cfg, setting)
+        spent = action == "rollback" and self.rollbacks >= self.cfg.max_rollbacks
+        if spent:
             action = "stop"
         b, best = self.base, self.best
         lo, hi = m["success_ci95"]
@@ -126,14 +128,16 @@ class Guard:
                 f"{b['episodes']}), {why}: the policy got worse")
         there = f"the policy of env step {best['env_steps']} (checked {best['success_rate']:.2f})"
         if action == "warn":
-            msg = f"{what}; training goes on"
+            msg = f"{what}; training goes on (rl.guard.{setting}=warn)"
         elif action == "rollback":
             self.rollbacks += 1
             msg = (f"{what}; rolled back to {there}, rollback {self.rollbacks} of rl.guard.max_rollbacks="
                    f"{self.cfg.max_rollbacks}")
         else:
             self.stopped_at = row["env_steps"]
-            msg = f"{what}; training stopped at {there}. Check the reward model (rl.reward_model) and the base"
+            because = f"rl.guard.max_rollbacks={self.cfg.max_rollbacks} spent" if spent else f"rl.guard.{setting}=stop"
+            msg = (f"{what}; training stopped at {there} ({because}). Check the reward model (rl.reward_model) "
+                   "and the base")
         self.warnings.append(msg)
         return action
 
