@@ -74,6 +74,8 @@ class StepPlanner:
         self.target_q: np.ndarray | None = None
         self.step_start_cmd: np.ndarray | None = None
         self.pending = False  # this step's action has not arrived yet
+        self.pending_step = 0  # the step that is pending (the counter moves on at its last tick; it stays pending
+        # until its action arrives or the next step's first tick starves it)
         self.teleop_active = False
         self.last_action = self.action_space.neutral.astype(np.float64)
 
@@ -159,14 +161,15 @@ class StepPlanner:
             self._request(now)
         base = self.blender.action(self.step)
         if base is None:
-            self.pending = True
+            self.pending, self.pending_step = True, self.step
             return
         self._apply_base(base, phys)
 
     def late_update(self, phys_now) -> bool:
         """The pending step's chunk arrived: compute its action now (IK from phys_now(), the state now, as sim's
-        IK starts from the current state, anchored as at the step's start). False when it still has none."""
-        base = self.blender.action(self.step)
+        IK starts from the current state, anchored as at the step's start). False when it still has none. The pending
+        step's own row of the chunk: after its last tick the counter already names the next step."""
+        base = self.blender.action(self.pending_step)
         if base is None:
             return False
         self.pending = False

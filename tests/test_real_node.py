@@ -86,14 +86,17 @@ class Rig:
         if on_chunk is not None:  # the test sees every chunk the node receives, in arrival order
             poll = self.worker.poll
 
-            # In the node's thread: each chunk with the planner's step as it arrives, and whether that step may still
-            # take it (its action pending, or no step planned yet: the episode's first).
+            # In the node's thread: each chunk as it arrives with the first step that may take it: the pending step
+            # (its action late: a late update), else the step the planner plans next (the current one when it is
+            # not planned yet: the episode's first, or a poll between a step's last tick and the next step's first).
             def logged_poll():
                 out = poll()
                 for r in out:
                     if r[0] == "chunk":
                         pl = self.node.planner
-                        on_chunk(r, pl.step, pl.pending or pl.step_obs is None)
+                        first = pl.pending_step if pl.pending else \
+                            pl.step if pl.step_obs is None or pl.tick_in_step == 0 else pl.step + 1
+                        on_chunk(r, first)
                 return out
 
             self.worker.poll = logged_poll
@@ -417,37 +420,33 @@ def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig
     base_dir, res_dir = saved_base_and_residual(tmp_path)
     chunks = []  # (start step, chunk, first step it can serve)
 
-    def arrived(r, step, open_):  # a chunk arriving during step k serves k only while k waits for its action
-        chunks.append((r[2], r[3], step if open_ else step + 1))
+    def arrived(r, first):  # a chunk serves the steps it covers from `first` on
+        chunks.append((r[2], r[3], first))
 
-    # A starved step (a chunk later than its step: a machine too busy to run the base in time) is held, and the
-    # comparison below needs every step served: such a run is timing, not the residual, so it is run again.
-    for attempt in range(3):
-        chunks.clear()
-        rig = rig_factory(policy=str(base_dir), record=True, residual=load_residual(str(res_dir)), on_chunk=arrived,
-                          store_name=f"deploy{attempt}.zarr")
-        s = rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps with the residual in the loop")
-        rig.close()  # commits the running episode (partial)
-        assert s["mode"] == "running", s
-        starved = rig.node.counts.get("starved_steps", 0)  # over every recorded step, up to the close (not the status)
-        if starved == 0:
-            break
-    assert starved == 0, f"every attempt starved: {dict(rig.node.counts)}"
+    rig = rig_factory(policy=str(base_dir), record=True, residual=load_residual(str(res_dir)), on_chunk=arrived)
+    s = rig.wait_for(lambda s: s["step"] >= 12, what="twelve policy steps with the residual in the loop")
+    rig.close()  # commits the running episode (partial)
+    assert s["mode"] == "running", s
     store = EpisodeStore.open(rig.store)
     assert store.n_episodes == 1
     obs = {k: store.read(f"obs/{k}") for k in ("proprio", "object")}
     executed = store.read("action")
-    # blending "none": each step executes the newest chunk that covers it and had arrived when the step was planned
-    base_actions = []
+    # blending "none": each step executes the newest chunk that covers it and had arrived when the step was planned;
+    # a step none covers was starved (a machine too busy to run the base in time) and held: it is not compared
+    base_actions, held = [], []
     for t in range(len(executed)):
         cover = [c[t - start] for start, c, serves in chunks if start <= t < start + len(c) and serves <= t]
-        base_actions.append(cover[-1])
+        held.append(not cover)
+        base_actions.append(cover[-1] if cover else np.zeros(executed.shape[1], np.float32))
+    held = np.array(held)
+    assert held.sum() == rig.node.counts.get("starved_steps", 0), "steps without a chunk are the node's starved ones"
+    assert (~held).sum() >= 8, f"{held.sum()} of {len(held)} steps starved: too busy a machine to compare"
     policy = load_policy(res_dir)
     policy.base = ScheduledBase(policy.base.spec, base_actions)
     runner = PolicyRunner(policy, 1)
     expected = np.concatenate([runner.act({k: v[t:t + 1] for k, v in obs.items()}) for t in range(len(executed))])
-    assert np.abs(expected - np.stack(base_actions)).max() > 0.01  # the residual did something
-    np.testing.assert_allclose(executed, expected, rtol=0, atol=1e-5)
+    assert np.abs(expected - np.stack(base_actions))[~held].max() > 0.01  # the residual did something
+    np.testing.assert_allclose(executed[~held], expected[~held], rtol=0, atol=1e-5)
 
 
 def test_residual_checkpoint_on_another_base_is_refused(tmp_path):
