@@ -65,6 +65,9 @@ def test_once_pays_only_the_first_fire_of_an_env_episode_which_runs_on(env):
             assert term.sum() <= 1, (e, a, b)  # one payment per env episode
             assert np.array_equal(d["reward"][a:b, e], term.astype(np.float32))  # shaping off: reward = success
             hits_seen += term.sum()
+            # the fire ends the learner's episode: the env's rows after it are kept but marked (never sampled)
+            after = np.cumsum(term) - term > 0
+            assert np.array_equal(d["after_claim"][a:b, e], after), (e, a, b)
         # the env's episodes are its own 12 steps: a fire does not end them
         assert all(b - a == 12 for a, b in _episodes(d, e)[:-1] if b <= 36)
     assert hits_seen > 0
@@ -90,9 +93,15 @@ def test_relabel_once_pays_the_new_classifier_s_first_fire_per_episode(env):
     relabel_replay(replay, learned, policy.obs_keys, dict(env.obs_dims), once=True)
     d = replay.data
     assert all(d["terminated"][a:b, e].sum() <= 1 for e in range(env.num_envs) for a, b in _episodes(d, e))
+    for e in range(env.num_envs):  # the rows after each new first fire are past the learner's episode
+        for a, b in _episodes(d, e):
+            term = d["terminated"][a:b, e]
+            assert np.array_equal(d["after_claim"][a:b, e], np.cumsum(term) - term > 0)
     once = int(d["terminated"].sum())
+    assert d["after_claim"].any()
     relabel_replay(replay, learned, policy.obs_keys, dict(env.obs_dims), once=False)
     assert d["terminated"].sum() > once > 0  # every fire pays again
+    assert not d["after_claim"].any()  # and every row is the learner's
 
 
 def test_labels_stay_within_their_budget_and_false_claims_raise_one_warning(env):

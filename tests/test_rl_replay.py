@@ -89,6 +89,23 @@ def test_replay_state_round_trip_restores_samples():
         np.testing.assert_array_equal(a[k], b[k])
 
 
+def test_rows_after_a_claim_are_never_sampled_and_a_replay_of_nothing_else_is_refused():
+    replay = _trajectory()
+    replay.data["after_claim"][1:, 0] = True  # env 0 after its first row, as after a classifier's claim
+    b = replay.sample(512, 3, GAMMA, np.random.default_rng(0))
+    starts = b["obs"][:, 0] + 0.5  # obs = marker - 0.5: the starting row's marker (env 0: t, env 1: 100 + t)
+    assert set(np.unique(starts[starts < 100])) == {0.0}  # env 0: its first row only
+    assert set(np.unique(starts[starts >= 100])) == {100.0 + t for t in range(6)}  # env 1: every row
+    replay.data["after_claim"][:] = True
+    with pytest.raises(ValueError, match="every kept replay row follows a classifier claim"):
+        replay.sample(8, 3, GAMMA, np.random.default_rng(0))
+    state = replay.state()
+    del state["after_claim"]  # saved before the field existed: every row is sampled
+    old = Replay(capacity=12, num_envs=2, obs_dim=1, action_dim=1)
+    old.load_state(state)
+    assert not old.data["after_claim"].any()
+
+
 def test_potential_is_the_first_steps_and_nan_where_unknown_or_saved_before_it_existed():
     replay = Replay(capacity=8, num_envs=1, obs_dim=1, action_dim=1)
     z = np.zeros((1, 1), np.float32)

@@ -128,7 +128,7 @@ def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs
     """Recompute reward / terminated / truncated / potential of every kept row of a Replay (e.g. the demo buffer, built
     with the env's sparse success as reward) with `reward`; obs are unflattened in `obs_keys` order. `once`: the
     classifier's success pays only at its first fire in each env episode (the replay's `ended` rows split them;
-    rl.classifier_success=once|end). A model that reads frames or instructions needs the demo buffer's episode
+    rl.classifier_success=once|end), and the rows after it are marked after_claim (never sampled). A model that reads frames or instructions needs the demo buffer's episode
     `store` (demo_replay records each row's store steps): frames and instructions are read from it, `chunk` rows
     at a time (and every fire pays)."""
     def unflatten(x: np.ndarray) -> dict[str, np.ndarray]:
@@ -151,6 +151,7 @@ def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs
         eligible = first_fires(reward.model.success(nxt), d["ended"][rows, e]) if once else None
         for k, v in zip(RELABELED, reward.label(obs, nxt, *args, eligible=eligible)):
             d[k][rows, e] = v
+        d["after_claim"][rows, e] = False if eligible is None else ~eligible  # past the learner's episode
 
 
 def _relabel_from_store(replay, reward: LearnedReward, unflatten, store, kept: int, chunk: int) -> None:

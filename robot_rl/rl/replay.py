@@ -2,9 +2,10 @@
 
 Layout: row t holds the transition of every env at vector step t, arrays [rows, N, ...]:
     obs, base_action, action (executed), reward, next_obs, next_base_action, terminated, truncated, intervention,
-    ended (the env's episode ended there, whatever the learner's flags say), potential, next_potential (Phi(obs),
-    Phi(next_obs) of a shaped reward, as the shaping counts them: 1 where next_obs terminates; NaN where unknown:
-    the learner then clips TD targets for any Phi)
+    ended (the env's episode ended there, whatever the learner's flags say), after_claim (a learned success paid
+    earlier in the env's episode: the learner's episode is over, the row is never sampled), potential,
+    next_potential (Phi(obs), Phi(next_obs) of a shaped reward, as the shaping counts them: 1 where next_obs
+    terminates; NaN where unknown: the learner then clips TD targets for any Phi)
 Every transition carries its own next observation and the base action at it, so an n-step walk may stop
 at any row and bootstrap from there: at an episode's end (auto-reset means the next row is another
 episode), at the newest row (its successors are not written yet), or after n steps.
@@ -33,9 +34,11 @@ import numpy as np
 FLOAT_FIELDS = ("obs", "base_action", "action", "reward", "next_obs", "next_base_action")
 # ended: the env's episode ended after this transition (its own end, or one the collector made): where a learned
 # classifier's success may pay once per env episode, a relabel finds the episodes by it (robot_rl/reward/shaping.py)
-BOOL_FIELDS = ("terminated", "truncated", "intervention", "ended")
+# after_claim: a learned classifier's success paid earlier in this env episode (rl.classifier_success=once): the
+# learner's episode ended at that claim, so the row is kept (the env's episode runs on) but never sampled
+BOOL_FIELDS = ("terminated", "truncated", "intervention", "ended", "after_claim")
 POTENTIAL_FIELDS = ("potential", "next_potential")  # float, NaN when unknown
-OPTIONAL_FIELDS = {"intervention": False, "ended": False,  # add()'s default when not given
+OPTIONAL_FIELDS = {"intervention": False, "ended": False, "after_claim": False,  # add()'s default when not given
                    **dict.fromkeys(POTENTIAL_FIELDS, np.nan)}
 
 
@@ -114,11 +117,21 @@ class Replay:
         }
 
     def sample(self, batch_size: int, n: int, gamma: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """`batch_size` n-step transitions drawn uniformly over the kept rows and envs."""
+        """`batch_size` n-step transitions drawn uniformly over the kept rows and envs that are not `after_claim`."""
         if self.written == 0:
             raise ValueError("cannot sample from an empty replay")
         rows = rng.integers(self.oldest, self.written, size=batch_size)
         envs = rng.integers(0, self.num_envs, size=batch_size)
+        skip = self.data["after_claim"][rows % self.rows, envs]
+        for tries in range(1_000_000):  # drawn again: uniform over the rest
+            if not skip.any():
+                break
+            if tries == 20 and self.data["after_claim"][: min(self.written, self.rows)].all():
+                raise ValueError("every kept replay row follows a classifier claim: nothing to sample")
+            k = int(skip.sum())
+            rows[skip] = rng.integers(self.oldest, self.written, size=k)
+            envs[skip] = rng.integers(0, self.num_envs, size=k)
+            skip = self.data["after_claim"][rows % self.rows, envs]
         return self.nstep(rows, envs, n, gamma)
 
     def obs_stats(self) -> tuple[np.ndarray, np.ndarray]:

@@ -45,7 +45,8 @@ class Collector:
         scripted human) that may take over envs; its steps are executed, flagged and recorded. `online`: a
         robot_rl.reward.online.OnlineReward that records every episode and labels some (reward="learned").
         `classifier_success` (reward="learned", CLASSIFIER_SUCCESS): what the classifier's success does in an env
-        episode: "once" pays the first fire and nothing after, while the episode runs on to the env's own end; "end"
+        episode: "once" pays the first fire, which ends the learner's episode, while the env's runs on to its own end
+        (the rows after it are recorded as after_claim: labels see them, the learner never samples them); "end"
         pays its first fire (a learner termination) and ends the env's episode there (env.end_episodes), as a robot's
         success detector does; "every" pays every fire."""
         if classifier_success not in CLASSIFIER_SUCCESS:
@@ -138,9 +139,12 @@ class Collector:
         boot = np.arange(len(term)) if self.reward == "learned" else np.nonzero(~term | l_trunc)[0]
         if len(boot):
             next_base[boot] = self.queue.next(self._base_input(), boot)  # the ended episodes' own instructions
+        # "once": rows after the episode's first fire are past the learner's episode (kept, never sampled)
+        after_claim = self.fired if self.classifier_success == "once" else np.zeros_like(done)
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
                         next_obs=self.policy.inputs(final, features), next_base_action=next_base, terminated=l_term,
-                        truncated=l_trunc, intervention=intervention, ended=ended, **potentials)
+                        truncated=l_trunc, intervention=intervention, ended=ended, after_claim=after_claim,
+                        **potentials)
         if self.hil is not None:
             self.hil.end_episodes(ended)
         self.human = human

@@ -98,7 +98,8 @@ class ResidualRLConfig:
     below_base_window: int = 60_000  # env steps evaluations may stay below the base's success before the run warns
     # (log + metrics.json "warnings"; 0: never). Whatever happens, policy/ is the best evaluated policy
     # reward=learned: what the classifier's success does in an env episode (robot_rl/rl/rollout.py): once = the first
-    # fire pays, later ones do not, the episode runs on to the env's own end | end = its first fire pays, terminates
+    # fire pays and ends the learner's episode (later rows are never sampled), the env's runs on to its own end
+    # (labels judge the whole episode) | end = its first fire pays, terminates
     # the learner's episode and ends the env's (a robot resets when its success detector fires: a fire just before
     # success then ends the episode short of it) | every = every fire pays (a state where it fires falsely then pays
     # every step it is held). Chosen in docs/results/learned_rewards.md
