@@ -128,9 +128,9 @@ def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs
     """Recompute reward / terminated / truncated / potential of every kept row of a Replay (e.g. the demo buffer, built
     with the env's sparse success as reward) with `reward`; obs are unflattened in `obs_keys` order. `once`: the
     classifier's success pays only at its first fire in each env episode (the replay's `ended` rows split them;
-    rl.classifier_success=once|end), and the rows after it are marked after_claim (never sampled). A model that reads frames or instructions needs the demo buffer's episode
-    `store` (demo_replay records each row's store steps): frames and instructions are read from it, `chunk` rows
-    at a time (and every fire pays)."""
+    rl.classifier_success=once|end), and the rows after it are marked after_claim (never sampled). A model that
+    reads frames or instructions needs the demo buffer's episode `store` (demo_replay records each row's store
+    steps): frames and instructions are read from it, `chunk` rows at a time (and every fire pays)."""
     def unflatten(x: np.ndarray) -> dict[str, np.ndarray]:
         out, i = {}, 0
         for k in obs_keys:

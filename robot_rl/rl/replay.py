@@ -123,9 +123,9 @@ class Replay:
         rows = rng.integers(self.oldest, self.written, size=batch_size)
         envs = rng.integers(0, self.num_envs, size=batch_size)
         skip = self.data["after_claim"][rows % self.rows, envs]
-        for tries in range(1_000_000):  # drawn again: uniform over the rest
-            if not skip.any():
-                break
+        tries = 0
+        while skip.any():  # drawn again: uniform over the rest
+            tries += 1
             if tries == 20 and self.data["after_claim"][: min(self.written, self.rows)].all():
                 raise ValueError("every kept replay row follows a classifier claim: nothing to sample")
             k = int(skip.sum())
