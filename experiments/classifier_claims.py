@@ -13,27 +13,21 @@ ensemble's agreement). Prints one line per classifier: claims on the labelled su
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
-from safetensors import safe_open
 
+from robot_rl.common import checkpoint
 from robot_rl.reward.model import load_reward_model
+from robot_rl.reward.online import labelled_episodes
 
 
-def labelled_episodes(checkpoint: Path) -> list[tuple[dict, bool]]:
+def run_episodes(path: Path) -> list[tuple[dict, bool]]:
     """[(obs {key: [T, dim]}, the operator's label)] of a residual checkpoint's labelled episodes."""
-    state = json.loads((checkpoint / "config.json").read_text())["train"]["online"]["state"]
-    prefix = "online.arrays.labelled."
-    with safe_open(str(checkpoint / "model.safetensors"), "np") as f:
-        arrays = {k[len(prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
-    out, start = [], 0
-    for e in state["episodes"]:
-        n = int(e["length"])
-        out.append(({k: v[start:start + n] for k, v in arrays.items()}, bool(e["label"])))
-        start += n
-    return out
+    tensors, cfg = checkpoint.load(path)
+    online = checkpoint.unflatten(cfg["train"]["online"], tensors)
+    keys = [k[len("labelled."):] for k in online["arrays"] if k.startswith("labelled.")]
+    return [(e.obs, e.label) for e in labelled_episodes(online["state"], online["arrays"], keys)]
 
 
 def main() -> None:
@@ -42,7 +36,7 @@ def main() -> None:
     ap.add_argument("models", nargs="+", help="reward model directories")
     ap.add_argument("--thresholds", default="", help="comma-separated probabilities to score at as well")
     args = ap.parse_args()
-    episodes = labelled_episodes(args.checkpoint)
+    episodes = run_episodes(args.checkpoint)
     label = np.array([lab for _, lab in episodes])
     print(f"{len(episodes)} labelled episodes: {int(label.sum())} successes, {int((~label).sum())} failures")
 

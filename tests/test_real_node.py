@@ -50,7 +50,7 @@ class Rig:
     """Sim driver + control node (threads) + an operator participant, on a private DDS domain and namespace."""
 
     def __init__(self, tmp_path, policy: str = "expert", record: bool = False, extra: tuple = (), residual=None,
-                 on_chunk=None, env: dict | None = None, prestart=None, store_name: str = "deploy.zarr"):
+                 on_chunk=None, env: dict | None = None, prestart=None):
         """env: overrides of both lift envs (e.g. control_hz); prestart(rig): runs once the operator's publishers exist,
         before the node does (default: the e-stop button publishes its released state, as a button bridge does)."""
         from real.inference import InferenceWorker
@@ -102,7 +102,7 @@ class Rig:
             self.worker.poll = logged_poll
         self.recorder = None
         if record:
-            self.store = tmp_path / store_name
+            self.store = tmp_path / "deploy.zarr"
             self.recorder = DeploymentRecorder(
                 store=self.store, bag=None, bag_topics=bag_topics(self.cfg), task="lift", instruction="lift the red cube",
                 obs_dims={k: (v,) for k, v in self.worker.spec.obs_dims.items()}, action_dim=self.worker.spec.action_dim,

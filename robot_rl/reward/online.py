@@ -287,12 +287,19 @@ class OnlineReward:
         self.learned.model.threshold = float(state["threshold"])
         net = self.learned.model.success_net
         net.load_state_dict({k: torch.as_tensor(arrays[f"classifier.{k}"]) for k in net.state_dict()})
-        self.episodes, start = [], 0
-        for e in state["episodes"]:
-            n = int(e["length"])
-            self.episodes.append(LabelledEpisode({k: np.asarray(arrays[f"labelled.{k}"][start:start + n])
-                                                  for k in self.keys}, bool(e["claimed"]), bool(e["label"])))
-            start += n
+        self.episodes = labelled_episodes(state, arrays, self.keys)
+
+
+def labelled_episodes(state: dict, arrays: dict, keys) -> list[LabelledEpisode]:
+    """The labelled episodes of a checkpoint's OnlineReward.state() and .arrays() (e.g. for scoring classifiers on
+    a run's own labelled episodes offline: experiments/classifier_claims.py)."""
+    out, start = [], 0
+    for e in state["episodes"]:
+        n = int(e["length"])
+        out.append(LabelledEpisode({k: np.asarray(arrays[f"labelled.{k}"][start:start + n]) for k in keys},
+                                   bool(e["claimed"]), bool(e["label"])))
+        start += n
+    return out
 
 
 class _NoLog:

@@ -80,18 +80,18 @@ class LearnedReward:
         return self.label(obs, next_obs, env_success, terminated, truncated, instruction)[:3]
 
     def label(self, obs: dict, next_obs: dict, env_success: np.ndarray, terminated: np.ndarray,
-              truncated: np.ndarray, instruction=None, eligible=None) -> tuple[np.ndarray, ...]:
+              truncated: np.ndarray, instruction=None, eligible=None, fired=None) -> tuple[np.ndarray, ...]:
         """(reward, terminated, truncated, potential, next_potential) [N]: __call__'s labels, Phi(obs) and
         Phi(next_obs) as the shaping counts them (TERMINAL_POTENTIAL where next_obs terminates; NaN without
         shaping), which replay rows keep: the learner clips TD targets to the values this shaping allows, its
         critics read them, and it rescales the shaping term by them when lambda decays. `eligible` [N] bool
         (classifier only): where False the classifier's success neither pays nor terminates (it fired earlier in
-        that episode)."""
+        that episode); `fired` [N]: the classifier's success at next_obs when the caller computed it already."""
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         if self.reads_instruction and instruction is not None and not isinstance(instruction, str):
             instruction = np.asarray(list(instruction), dtype=object)
         if self.success == "classifier":
-            hit = self.model.success(next_obs, instruction)
+            hit = self.model.success(next_obs, instruction) if fired is None else np.asarray(fired, bool)
             if eligible is not None:
                 hit = hit & np.asarray(eligible, bool)
             ended = terminated | truncated
@@ -148,8 +148,9 @@ def relabel_replay(replay, reward: LearnedReward, obs_keys: tuple[str, ...], obs
     for e in range(replay.num_envs):
         obs, nxt = unflatten(d["obs"][rows, e]), unflatten(d["next_obs"][rows, e])
         args = (d["reward"][rows, e] > 0.5, d["terminated"][rows, e], d["truncated"][rows, e])
-        eligible = first_fires(reward.model.success(nxt), d["ended"][rows, e]) if once else None
-        for k, v in zip(RELABELED, reward.label(obs, nxt, *args, eligible=eligible)):
+        fired = reward.model.success(nxt) if once else None  # one classifier pass serves both
+        eligible = first_fires(fired, d["ended"][rows, e]) if once else None
+        for k, v in zip(RELABELED, reward.label(obs, nxt, *args, eligible=eligible, fired=fired)):
             d[k][rows, e] = v
         d["after_claim"][rows, e] = False if eligible is None else ~eligible  # past the learner's episode
 

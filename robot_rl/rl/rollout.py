@@ -115,12 +115,13 @@ class Collector:
         if self.learned is not None:  # learned success (or env success) + shaping; may move terminations
             text = self.instruction if self.learned.reads_instruction else None  # obs' and final_obs' episode
             eligible = None if self.classifier_success == "every" else ~self.fired  # "once": the first fire pays
+            after_claim = np.zeros_like(done) if eligible is None else ~eligible  # past the learner's episode
             r, l_term, l_trunc, *phi = self.learned.label(self.obs_dict, final, info["success"], term, trunc, text,
                                                           eligible=eligible)
             potentials = dict(zip(POTENTIAL_FIELDS, phi))
         else:  # the replay keeps NaN potentials: unknown
             r = info["success"].astype(np.float32) if self.reward == "success" else np.asarray(reward, np.float32)
-            l_term, l_trunc, potentials = term, trunc, {}
+            l_term, l_trunc, potentials, after_claim = term, trunc, {}, np.zeros_like(done)
         claimed = self.fired | (l_term if self.learned is not None else False)  # the classifier fired this episode
         cut = (l_term & ~done) if self.classifier_success == "end" else np.zeros_like(done)  # it ended these
         if cut.any():  # their next episodes start now; final (their last observation) stays as it was
@@ -139,8 +140,6 @@ class Collector:
         boot = np.arange(len(term)) if self.reward == "learned" else np.nonzero(~term | l_trunc)[0]
         if len(boot):
             next_base[boot] = self.queue.next(self._base_input(), boot)  # the ended episodes' own instructions
-        # "once": rows after the episode's first fire are past the learner's episode (kept, never sampled)
-        after_claim = self.fired if self.classifier_success == "once" else np.zeros_like(done)
         self.replay.add(obs=self.obs, base_action=self.base, action=action, reward=r,
                         next_obs=self.policy.inputs(final, features), next_base_action=next_base, terminated=l_term,
                         truncated=l_trunc, intervention=intervention, ended=ended, after_claim=after_claim,
