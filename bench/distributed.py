@@ -9,7 +9,7 @@ updates per transition, as in training (updates owed are paid before the next ba
 actors stay in that ratio, the actors running at most `max_in_flight` batches ahead).
 Phases, in one process and one local Ray instance, each `--seconds` of training time (actor start-up excluded):
   single  robot_rl/rl/train.py ResidualWorkspace: one process steps the envs and learns (the baseline)
-  1 actor / 2 actors  robot_rl/rl/distributed.py DistributedWorkspace: actor processes collect, this one learns
+  1 actor / 2 actors  robot_rl/rl/distributed/workspace.py DistributedWorkspace: actor processes collect, this one learns
   collect-only  the same EnvActors without a learner: each runs `batch_steps`-step batches back to back (what
                 the actors alone can do on this machine, without the learner taking CPU from them)
 run as: single, then `--rounds` x (1 actor, 2 actors, collect-only 1 and 2), alternating so that changes in the

@@ -2,7 +2,7 @@
 
     robot-rl-train-residual base=... rl.reward=learned rl.reward_model=... distributed.robots='[{name: arm1}]'
 
-One Ray actor per robot (robot_rl/rl/distributed.py places it on the Ray node that advertises `robot_<name>`,
+One Ray actor per robot (robot_rl/rl/distributed/pool.py places it on the Ray node that advertises `robot_<name>`,
 the robot's computer). In its process:
   node thread     real/node.py's ControlNode, exactly as robot-rl-deploy runs it (fixed-rate loop, safety
                   layer, DDS or rclpy transport, base chunks from its inference worker), with two plug-ins:

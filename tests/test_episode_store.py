@@ -150,6 +150,7 @@ def test_sigkilled_writer_never_loses_a_committed_episode(tmp_path):
     rng = random.Random(7)
     committed = 0
     torn = 0  # kills that landed inside a commit
+    kills = 0
     for it in range(36):
         if it >= 12 and torn:
             break
@@ -164,6 +165,7 @@ def test_sigkilled_writer_never_loses_a_committed_episode(tmp_path):
                 assert seen.startswith("committed"), (seen, proc.stderr.read())
             time.sleep(rng.uniform(0.02, 0.3))
         os.kill(proc.pid, signal.SIGKILL)
+        kills += 1
         out, err = proc.communicate()
         assert proc.returncode == -signal.SIGKILL, err
         reported = [int(line.split()[1]) for line in (seen + out).splitlines() if line.startswith("committed")]
@@ -194,7 +196,7 @@ def test_sigkilled_writer_never_loses_a_committed_episode(tmp_path):
         store.append(make_episode(committed))
     assert committed > 0
     assert torn >= 1, "no kill landed inside a commit, so the test proved nothing; commits are too fast to hit"
-    print(f"\ncrash test: 12 SIGKILLs, {committed} episodes committed, {torn} kills landed inside a commit")
+    print(f"\ncrash test: {kills} SIGKILLs, {committed} episodes committed, {torn} kills landed inside a commit")
 
 
 def test_failed_commit_keeps_committed_episodes_and_the_next_append_recovers(tmp_path):

@@ -8,7 +8,7 @@ Writes runs/train_residual/<timestamp>-<name>/ (see robot_rl/rl/train.py): polic
 BasePolicy checkpoint that robot-rl-eval and robot-rl-deploy load unchanged), tb/, metrics.json, curves.png,
 checkpoints/, videos/. Run it again with hydra.run.dir=<that directory> to resume. Evaluations run on a
 separate env (eval_num_envs), so training episodes are never cut by them.
-distributed.actors=N collects with N actor processes on Ray (robot_rl/rl/distributed.py); same learner and run dir.
+distributed.actors=N collects with N actor processes on Ray (robot_rl/rl/distributed/); same learner and run dir.
 distributed.robots=[{name: arm1}] adds robot actors: the deploy node (`deploy` config) on a robot (real/robot_actor.py).
 `python -m robot_rl.rl.compare` plots several runs' success curves on one figure; a seed sweep (-m rl.seed=0,1,2)
 is one curve, mean and band: label=runs/train_residual/multirun/<date>/<time>.

@@ -7,7 +7,7 @@ HID reports (little-endian int16, about +-350 at full deflection):
     id 3:            button bitmask (bit 0 = left, bit 1 = right, more on the Pro / Enterprise)
 Raw axes: x right, y toward the user, z down. `axes` maps them to the robot's [dx, dy, dz, dyaw]; the
 default suits an operator standing behind the robot, looking along its +x (push away = forward). If an
-axis moves the wrong way on your setup, flip its sign in configs/hil/spacemouse.yaml.
+axis moves the wrong way on your setup, flip its sign in `spacemouse.axes` (configs/teleop.yaml).
 
 The backend is the `hid` module of hidapi (`pip install hidapi`); the ctypes `hid` package works too.
 

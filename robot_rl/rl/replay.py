@@ -134,11 +134,6 @@ class Replay:
             skip = self.data["after_claim"][rows % self.rows, envs]
         return self.nstep(rows, envs, n, gamma)
 
-    def obs_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-dimension mean and std of the kept observations."""
-        kept = self.data["obs"][: min(self.written, self.rows)].reshape(-1, self.obs_dim)
-        return kept.mean(0), kept.std(0)
-
     # ---- checkpoints --------------------------------------------------------------------------------
     def state(self) -> dict:
         kept = min(self.written, self.rows)
