@@ -10,6 +10,7 @@ Returns the node's success count and control-loop figures.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -19,9 +20,11 @@ import uuid
 from pathlib import Path
 from typing import Callable, Sequence
 
-# Every topic of real.config.Topics: namespaced, so concurrent dry runs on one machine never cross.
-TOPICS = ("joint_states", "position_commands", "trajectory_commands", "estop", "reset", "teleop", "object_pose",
-          "episode", "status")
+from real.config import Topics
+
+# Every topic of real.config.Topics (camera topics are per camera, none in a dry run): namespaced, so concurrent dry
+# runs on one machine never cross.
+TOPICS = tuple(f.name for f in dataclasses.fields(Topics) if f.name != "cameras")
 FIGURES = ("episodes", "successes", "p99_lateness_ms", "missed_ticks", "obs_to_cmd_p50_ms", "obs_to_cmd_p99_ms",
            "chunk_latency_p50_ms", "ticks", "stop_reason")
 
