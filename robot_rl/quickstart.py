@@ -43,17 +43,19 @@ class Pipeline:
         self.run_dir, self.force, self.bar = Path(run_dir), force, bar
         self.results: dict[str, dict] = {}
 
-    def stage(self, name: str, fn: Callable[[Path], dict]) -> dict:
-        """Run fn(stage_dir) -> summary unless the stage finished before; record its summary."""
+    def stage(self, name: str, fn: Callable[[Path], dict], resumable: bool = False) -> dict:
+        """Run fn(stage_dir) -> summary unless the stage finished before; record its summary. A `resumable` stage
+        (a training that checkpoints) killed part-way keeps its folder, and fn continues from it; any other
+        unfinished stage starts over in an empty folder, as does every stage with force=true."""
         out = self.run_dir / name
         done = out / "done.json"
         if done.is_file() and not self.force:
             result = json.loads(done.read_text())
             result["reused"] = True
         else:
-            if out.exists():
+            if out.exists() and (self.force or not resumable):
                 shutil.rmtree(out)
-            out.mkdir(parents=True)
+            out.mkdir(parents=True, exist_ok=True)
             t0 = time.perf_counter()
             try:
                 result = fn(out)

@@ -97,10 +97,15 @@ def test_quickstart_runs_every_stage_and_reuses_finished_ones(tmp_path):
     assert pixels.shape[:2] == (1600, 1000)
     assert (pixels < 200).any(-1).mean() > 0.02, "the page rendered nearly blank"
     policy_mtime = (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns
+    assert r["resumed_from"] is None
+    # the residual stage as a kill after its last checkpoint leaves it (no done.json): the rerun resumes it
+    (tmp_path / "residual" / "done.json").unlink()
     again = _quickstart("episodes=4", "env.num_envs=2", "videos=1", *TINY_BC, *TINY_RL, *SHORT, tmp_path=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count("(reused)") == 3  # the stages with a success rate: expert, BC, BC + residual
     assert (tmp_path / "bc/policy/model.safetensors").stat().st_mtime_ns == policy_mtime
+    r = json.loads((tmp_path / "metrics.json").read_text())["stages"]["residual"]
+    assert r["resumed_from"] == 40 and r["env_steps"] == 40 and not r["reused"]
 
 
 def test_quickstart_without_successful_demos_stops_at_the_demos_stage_before_training(tmp_path, capsys, monkeypatch):
@@ -117,6 +122,51 @@ def test_quickstart_without_successful_demos_stops_at_the_demos_stage_before_tra
         assert needle in lines[0], (needle, lines[0])
     assert (tmp_path / "expert" / "done.json").is_file() and not (tmp_path / "demos" / "done.json").exists()
     assert not (tmp_path / "bc").exists()  # no training started
+
+
+def test_a_killed_quickstart_resumes_its_bc_stage_from_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+    """A real SIGKILL part-way through BC; the rerun reuses the finished stages and continues BC from its last
+    checkpoint (peg_insert's 8,000 steps take an hour on 2 cores: a killed run must not start them over)."""
+    import signal
+    import time
+
+    from tests.conftest import run_main
+
+    tiny = [a for a in TINY_BC if not a.startswith("bc.steps=")]
+    args = ["stages=[expert,demos,bc]", "episodes=2", "env.num_envs=2", *tiny, "bc.ckpt_every=3", "bc.log_every=1", *SHORT,
+            f"hydra.run.dir={tmp_path}"]
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    proc = subprocess.Popen([str(QUICKSTART), *args, "bc.steps=100000"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env)
+    latest = tmp_path / "bc" / "checkpoints" / "latest.json"
+
+    def step():
+        try:
+            return json.loads(latest.read_text())["step"]
+        except (OSError, ValueError):
+            return 0
+
+    try:
+        end = time.monotonic() + 240
+        while step() < 6 and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        assert step() >= 6, proc.stderr.read() if proc.poll() is not None else "no BC checkpoint in 240 s"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    at = step()
+    assert not (tmp_path / "bc" / "done.json").exists()
+    code, out, err = run_main("robot-rl-quickstart", [*args, f"bc.steps={at + 2}"], capsys, monkeypatch)
+    assert code == 0, out + err
+    stages = json.loads((tmp_path / "metrics.json").read_text())["stages"]
+    assert stages["expert"]["reused"] and stages["demos"]["reused"] and not stages["bc"]["reused"]
+    assert stages["bc"]["resumed_from"] == at and stages["bc"]["steps"] == at + 2
+    history = json.loads((tmp_path / "bc" / "metrics.json").read_text())["history"]
+    assert [s for s, _ in history["train/loss"]] == list(range(1, at + 3))  # the killed run's steps kept, none twice
 
 
 def test_quickstart_stage_prefix_evaluates_only_the_expert(tmp_path):

@@ -5,7 +5,8 @@
     robot-rl-quickstart task=push bc.steps=3000 name=push
     robot-rl-quickstart stages=[expert]         # only evaluate the scripted expert
 
-Writes runs/quickstart/<name>/ (rerun: finished stages are reused; force=true redoes them).
+Writes runs/quickstart/<name>/ (rerun: finished stages are reused, a killed BC or residual stage resumes from its last
+checkpoint; force=true redoes them).
 
 Demonstrations with fewer than 2 successful episodes (robot_rl.data.collect.MIN_SUCCESSES: too few for BC and the
 reward models) stop the run at the demos stage, before any training, with exit code 2 and one line naming the
@@ -19,7 +20,8 @@ import time
 from omegaconf import DictConfig
 
 from robot_rl.common.cli import fail, hydra_command, number, or_fail, progress_bar, whole
-from robot_rl.cli.common import apply_recommended, env_config, hold_run_dir, make_env, set_torch_threads
+from robot_rl.cli.common import (apply_recommended, env_config, hold_run_dir, make_env, resume_or_fail,
+                                 set_torch_threads)
 from robot_rl.cli.train_bc import bc_config, open_store, policy_config
 from robot_rl.cli.train_residual import guard_summary, rl_config, run_with_budget_bar
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
@@ -107,14 +109,16 @@ def main(cfg: DictConfig) -> None:
 
                     store = open_store(str(demos_path), env_cfg, env.obs_dims)
                     ws = BCWorkspace(out, bc_cfg, policy_cfg, env, store)
-                    log = RunLog(out)
+                    # a stage killed part-way continues from its last checkpoint
+                    resumed_from = ws.step if resume_or_fail(ws) else None
+                    log = RunLog(out, resume_step=resumed_from)
                     result = ws.run(log, bar)
                     write_results(out, log, result, {"task": env_cfg.task, "data": str(demos_path),
                                                      "episodes": store.n_episodes})
                     log.close()
                     store.close()
                     return {"policy": str(out / "policy"), "steps": result["steps"], "final_loss": result["final_loss"],
-                            "train_time_s": result["train_time_s"]}
+                            "train_time_s": result["train_time_s"], "resumed_from": resumed_from}
 
                 def eval_bc(out):
                     from policies import load_policy
@@ -165,7 +169,9 @@ def main(cfg: DictConfig) -> None:
 
                     store = open_store(str(demos_path), env_cfg, env.obs_dims)
                     ws = ResidualWorkspace(out, rl_cfg, env, load_policy(run_dir / "bc" / "policy"), demo_store=store)
-                    log = RunLog(out)
+                    # a stage killed part-way continues from its last checkpoint
+                    resumed_from = ws.env_steps if resume_or_fail(ws) else None
+                    log = RunLog(out, resume_step=resumed_from)
                     result = run_with_budget_bar(ws, log, bar, "residual RL")
                     write_results(out, log, result, {"task": env_cfg.task, "base": str(run_dir / "bc" / "policy"),
                                                      "demos": str(demos_path)})
@@ -173,7 +179,8 @@ def main(cfg: DictConfig) -> None:
                     store.close()
                     summary_ = {"policy": str(out / "policy"), "env_steps": result["env_steps"],
                                 "updates": result["updates"], "train_time_s": result["train_time_s"],
-                                "reward": rl_cfg.reward, "interventions": rl_cfg.interventions}
+                                "reward": rl_cfg.reward, "interventions": rl_cfg.interventions,
+                                "resumed_from": resumed_from}
                     if ws.hil is not None:
                         summary_.update(human_fraction=ws.hil.fraction, human_steps=ws.hil.total_intervention_steps)
                     if result.get("guard"):  # learned rewards: what the labels and checks cost and decided
@@ -199,7 +206,7 @@ def main(cfg: DictConfig) -> None:
                                  ("rollouts", rollouts), ("reward", reward), ("residual", residual),
                                  ("eval_residual", eval_residual), ("deploy", deploy)):
                     if name in stages:
-                        pipe.stage(name, fn)
+                        pipe.stage(name, fn, resumable=name in ("bc", "residual"))
         except StageFailed as e:
             fail(str(e))
         finally:
