@@ -193,6 +193,24 @@ def test_a_run_from_a_zero_base_says_so_and_keeps_its_best_policy(small_env, tmp
     assert result["final_eval"]["policy_from"]["which"] == "last"  # nothing beat 0%: the last one stays
 
 
+def test_without_a_final_evaluation_policy_is_the_best_evaluated_policy(small_env, tmp_path):
+    """final_eval=false: the last policy is never evaluated, so policy/ is checkpoints/best/ (here the base's zero
+    residual: nothing beats a 0% base) and the result says so; with no evaluation at all it is the last policy."""
+    import torch
+
+    from robot_rl.common import checkpoint
+
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning, match="succeeded in 0 of 4"):
+        result = train(small_env, ExpertPolicy(small_env), _tiny(eval_every=80, final_eval=False), run)
+    assert result["final_eval"] is None and result["best_eval"]["env_steps"] == 0
+    assert result["policy_from"] == {"env_steps": 0, "which": "best", "by": "evaluations"}
+    kept, best = checkpoint.load(run / "policy")[0], checkpoint.load(run / "checkpoints" / "best")[0]
+    assert kept.keys() == best.keys() and all(torch.equal(kept[k], best[k]) for k in kept)
+    result = train(small_env, ExpertPolicy(small_env), _tiny(), tmp_path / "plain")
+    assert "policy_from" not in result and result["best_eval"] is None
+
+
 def test_short_residual_training_fixes_a_biased_base(tmp_path):
     """Easy setting: lift with 40-step episodes; the base is the scripted expert pushed off in x (about a
     third of its episodes succeed); 20 expert demos. 2400 env steps (~500 updates) bring it near 90%."""

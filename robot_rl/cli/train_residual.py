@@ -223,9 +223,9 @@ def main(cfg: DictConfig) -> None:
         lo, hi = final["success_ci95"]
         done += f"; success {final['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over {final['episodes']} episodes"
     print(done)
-    src = (final or {}).get("policy_from") or {}
+    src = (final or {}).get("policy_from") or result.get("policy_from") or {}
     if src.get("which") == "best":
-        last = final.get("last_eval")
+        last = (final or {}).get("last_eval")
         how = "checked" if src.get("by") == "checks" else "evaluated"
         print(f"policy/ is the best {how} policy, of env step {src['env_steps']}"
               + (f"; the last one scored {last['success_rate']:.3f}" if last else ""))

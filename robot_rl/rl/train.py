@@ -94,7 +94,7 @@ class ResidualRLConfig:
     ckpt_every: int = 20_000  # env steps between checkpoints
     keep_checkpoints: int = 2
     save_replay: bool = True  # checkpoints hold the online replay, so a resume continues with its data
-    final_eval: bool = True
+    final_eval: bool = True  # evaluate the last policy at the end (false: policy/ is the best periodic evaluation's)
     below_base_window: int = 60_000  # env steps evaluations may stay below the base's success before the run warns
     # (log + metrics.json "warnings"; 0: never). Whatever happens, policy/ is the best evaluated policy
     # reward=learned: what the classifier's success does in an env episode (robot_rl/rl/rollout.py): once = the first
@@ -504,6 +504,16 @@ class ResidualWorkspace:
         return {**m, "policy_from": {"env_steps": best["env_steps"], "which": "best"},
                 "last_eval": {k: v for k, v in final.items() if k != "episode_ids"}}
 
+    def keep_best_evaluated(self) -> dict | None:
+        """final_eval=false: the last policy is never evaluated, so policy/ is the best evaluated one (checkpoints/best,
+        the base's zero residual included) and this returns where it came from; the last policy when the run made no
+        evaluation (None)."""
+        best = self.watch.best
+        if best is None:
+            return None
+        self.swap_actor(actor_state(checkpoint.load(self.ckpt_dir / "best")[0]))
+        return {"env_steps": best["env_steps"], "which": "best", "by": "evaluations"}
+
     def _warn(self, msg: str | None) -> None:
         if msg is None:
             return
@@ -624,6 +634,7 @@ class ResidualWorkspace:
                 final = self.evaluate(episodes, videos=cfg.videos)
                 log.evaluation(final, self.env_steps, self.train_time)
                 final = self.keep_best(final, lambda: self.evaluate(episodes, videos=cfg.videos))
+        kept_from = self.keep_best_evaluated() if self.guard is None and not cfg.final_eval else None
         self.policy.save(self.run_dir / "policy")
         if self.online is not None and self.online.refits:  # the classifier as the labels left it
             self.learned_reward.model.save(self.run_dir / "reward_model")
@@ -633,7 +644,8 @@ class ResidualWorkspace:
         done = self.learner.updates + (self.guard.discarded_updates if self.guard is not None else 0)
         return {"final_eval": final, "env_steps": self.env_steps, "updates": done,
                 "episodes": self.episodes, "train_time_s": self.train_time, "eval_time_s": clock.paused_s,
-                "env_steps_this_session": self.env_steps - start_steps, **self.watch_summary()}
+                "env_steps_this_session": self.env_steps - start_steps, **self.watch_summary(),
+                **({"policy_from": kept_from} if kept_from else {})}
 
     def watch_summary(self) -> dict:
         """metrics.json entries of the watch: base_eval, best_eval and the warnings so far; with a learned reward
