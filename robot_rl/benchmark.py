@@ -123,7 +123,7 @@ SAC_OWN = {"task": "the task's name", "out": "the sac stage", "env_steps": "env_
 
 def recommended_plan(task: str) -> dict:
     """TaskPlan fields from the task's recommended settings (robot_rl/recipes.py): bc_steps, bc_args (the
-    quickstart's warm-up and the BC policy's keys), time_budget_s."""
+    quickstart's warm-up and the BC policy's keys), env_steps, time_budget_s."""
     from robot_rl.recipes import recommended_settings
 
     bc, rl = recommended_settings(task, "train_bc"), recommended_settings(task, "train_residual")
@@ -131,6 +131,8 @@ def recommended_plan(task: str) -> dict:
                                             for k, v in bc.items() if k != "steps")]}
     if "steps" in bc:
         out["bc_steps"] = int(bc["steps"])
+    if "rl.env_steps" in rl:
+        out["env_steps"] = int(rl["rl.env_steps"])
     if "rl.time_budget_s" in rl:
         out["time_budget_s"] = float(rl["rl.time_budget_s"])
     return out
@@ -140,8 +142,9 @@ def default_tasks() -> dict[str, TaskPlan]:
     return {
         "lift": TaskPlan(),
         "push": TaskPlan(),
-        # The peg preset: the task's recommended BC steps, sampling and RL time (sim Task.recommended)
-        "peg_insert": TaskPlan(**recommended_plan("peg_insert"), env_steps=600_000, baseline_time_budget_s=7200.0),
+        # The peg preset: the task's recommended BC steps, sampling and RL budget (sim Task.recommended); the
+        # baselines get the same env steps and up to two hours to use them
+        "peg_insert": TaskPlan(**recommended_plan("peg_insert"), baseline_time_budget_s=7200.0),
         # The VLA of docs/results/vla.md (0.72 alone, 0.975 with a residual after 40,000 env steps): 600
         # demonstrations with front + wrist frames, 14,000 steps; its residual reads the VLA's features
         "color_lift": TaskPlan(demos=600, bc_policy="vla", bc_steps=14_000,

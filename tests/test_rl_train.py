@@ -186,7 +186,8 @@ def test_a_run_from_a_zero_base_says_so_and_keeps_its_best_policy(small_env, tmp
     run = tmp_path / "run"
     with pytest.warns(UserWarning, match="succeeded in 0 of 4 evaluation episodes"):
         result = train(small_env, ExpertPolicy(small_env), _tiny(eval_every=80, final_eval=True), run)
-    assert result["base_eval"]["successes"] == 0 and result["best_eval"]["env_steps"] == 0
+    assert result["base_eval"]["successes"] == 0 and result["best_eval"]["success_rate"] == 0
+    assert result["best_eval"]["env_steps"] == 80  # the later of equal evaluations
     assert "residual RL from a 0% base" in result["warnings"][0]
     best = json.loads((run / "checkpoints" / "best" / "config.json").read_text())
     assert best["kind"] == "residual" and (run / "checkpoints" / "best" / "model.safetensors").is_file()
@@ -194,8 +195,8 @@ def test_a_run_from_a_zero_base_says_so_and_keeps_its_best_policy(small_env, tmp
 
 
 def test_without_a_final_evaluation_policy_is_the_best_evaluated_policy(small_env, tmp_path):
-    """final_eval=false: the last policy is never evaluated, so policy/ is checkpoints/best/ (here the base's zero
-    residual: nothing beats a 0% base) and the result says so; with no evaluation at all it is the last policy."""
+    """final_eval=false: the last policy is never evaluated, so policy/ is checkpoints/best/ (here the evaluation at
+    env step 80, the later of two 0% ones) and the result says so; with no evaluation at all it is the last policy."""
     import torch
 
     from robot_rl.common import checkpoint
@@ -203,8 +204,8 @@ def test_without_a_final_evaluation_policy_is_the_best_evaluated_policy(small_en
     run = tmp_path / "run"
     with pytest.warns(UserWarning, match="succeeded in 0 of 4"):
         result = train(small_env, ExpertPolicy(small_env), _tiny(eval_every=80, final_eval=False), run)
-    assert result["final_eval"] is None and result["best_eval"]["env_steps"] == 0
-    assert result["policy_from"] == {"env_steps": 0, "which": "best", "by": "evaluations"}
+    assert result["final_eval"] is None and result["best_eval"] == {"env_steps": 80, "success_rate": 0.0, "episodes": 4}
+    assert result["policy_from"] == {"env_steps": 80, "which": "best", "by": "evaluations"}  # not the last (160)
     kept, best = checkpoint.load(run / "policy")[0], checkpoint.load(run / "checkpoints" / "best")[0]
     assert kept.keys() == best.keys() and all(torch.equal(kept[k], best[k]) for k in kept)
     result = train(small_env, ExpertPolicy(small_env), _tiny(), tmp_path / "plain")

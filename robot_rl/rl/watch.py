@@ -24,7 +24,8 @@ class EvalWatch:
     below_base_window: int = 60_000  # env steps evaluations may stay below the base before the run says so (0: never)
     scale: float = 0.5  # rl.residual.scale, named in the 0% message
     base_eval: dict | None = None  # {"success_rate", "successes", "episodes", "success_ci95"} of env step 0
-    best: dict | None = None  # {"env_steps", "success_rate", "episodes"} of the best evaluation so far
+    best: dict | None = None  # {"env_steps", "success_rate", "episodes"} of the best evaluation so far (the later of
+    # equals)
     below_since: int | None = None  # env step of the first evaluation of the current below-base stretch
     warned: bool = False  # the current stretch was reported
     warnings: list = dataclasses.field(default_factory=list)
@@ -45,7 +46,8 @@ class EvalWatch:
         """After an evaluation at env step `step`: (best so far, a warning when evaluations have stayed below the
         base's success for longer than below_base_window env steps; once per stretch)."""
         s = float(m["success_rate"])
-        improved = self.best is None or s > self.best["success_rate"]
+        # a later evaluation wins a tie, as a later check does (robot_rl/rl/guard.py): more training behind it
+        improved = self.best is None or s >= self.best["success_rate"]
         if improved:
             self.best = {"env_steps": int(step), "success_rate": s, "episodes": int(m["episodes"])}
         if self.base_eval is None or not self.below_base_window or step == 0:
