@@ -45,15 +45,16 @@ class Pipeline:
 
     def stage(self, name: str, fn: Callable[[Path], dict], resumable: bool = False) -> dict:
         """Run fn(stage_dir) -> summary unless the stage finished before; record its summary. A `resumable` stage
-        (a training that checkpoints) killed part-way keeps its folder, and fn continues from it; any other
-        unfinished stage starts over in an empty folder, as does every stage with force=true."""
+        (a training that checkpoints) killed part-way keeps its folder when it holds a checkpoint, and fn continues
+        from it; any other unfinished stage starts over in an empty folder, as does every stage with force=true."""
         out = self.run_dir / name
         done = out / "done.json"
         if done.is_file() and not self.force:
             result = json.loads(done.read_text())
             result["reused"] = True
         else:
-            if out.exists() and (self.force or not resumable):
+            keep = resumable and not self.force and (out / "checkpoints" / "latest.json").is_file()
+            if out.exists() and not keep:
                 shutil.rmtree(out)
             out.mkdir(parents=True, exist_ok=True)
             t0 = time.perf_counter()

@@ -133,8 +133,8 @@ def test_a_killed_quickstart_resumes_its_bc_stage_from_the_last_checkpoint(tmp_p
     from tests.conftest import run_main
 
     tiny = [a for a in TINY_BC if not a.startswith("bc.steps=")]
-    args = ["stages=[expert,demos,bc]", "episodes=2", "env.num_envs=2", *tiny, "bc.ckpt_every=3", "bc.log_every=1", *SHORT,
-            f"hydra.run.dir={tmp_path}"]
+    args = ["stages=[expert,demos,bc]", "episodes=2", "env.num_envs=2", *tiny, "bc.ckpt_every=3", "bc.log_every=1",
+            *SHORT, f"hydra.run.dir={tmp_path}"]
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
     proc = subprocess.Popen([str(QUICKSTART), *args, "bc.steps=100000"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=env)
