@@ -126,7 +126,7 @@ def test_quickstart_without_successful_demos_stops_at_the_demos_stage_before_tra
 
 def test_a_killed_quickstart_resumes_its_bc_stage_from_the_last_checkpoint(tmp_path, capsys, monkeypatch):
     """A real SIGKILL part-way through BC; the rerun reuses the finished stages and continues BC from its last
-    checkpoint (peg_insert's 8,000 steps take an hour on 2 cores: a killed run must not start them over)."""
+    checkpoint (peg_insert's recipe trains 8,000 BC steps: a killed run must not start them over)."""
     import signal
     import time
 
