@@ -39,6 +39,8 @@ import time
 import uuid
 from pathlib import Path
 
+from robot_rl.common.checkpoint import has_training_checkpoint
+
 STAGES = ("demos", "bc", "residual", "rollouts", "reward", "learned", "scratch", "sac")
 BASELINES = ("scratch", "sac")
 NEEDS = {"demos": (), "bc": ("demos",), "residual": ("demos", "bc"), "rollouts": ("bc",),
@@ -407,7 +409,7 @@ class Runner:
                 return "run"  # an input was redone since: this result belongs to the old one
             return "reuse"
         if (not forced and rec is not None and stage.name in TRAINING and rec.get("argv") == stage.argv
-                and rec.get("inputs") == self.inputs(stage) and (stage.dir / "checkpoints" / "latest.json").is_file()):
+                and rec.get("inputs") == self.inputs(stage) and has_training_checkpoint(stage.dir)):
             return "resume"
         return "run"
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from robot_rl.common.atomic import atomic_write_text
+from robot_rl.common.checkpoint import has_training_checkpoint
 from robot_rl.common.run_dir import write_metrics
 
 STAGES = ("expert", "demos", "bc", "eval_bc", "rollouts", "reward", "residual", "eval_residual", "deploy")
@@ -53,7 +54,7 @@ class Pipeline:
             result = json.loads(done.read_text())
             result["reused"] = True
         else:
-            keep = resumable and not self.force and (out / "checkpoints" / "latest.json").is_file()
+            keep = resumable and not self.force and has_training_checkpoint(out)
             if out.exists() and not keep:
                 shutil.rmtree(out)
             out.mkdir(parents=True, exist_ok=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -86,6 +89,40 @@ def run_cli(script: str, *args: str, timeout: float = 300) -> subprocess.Complet
     """Run one of our console scripts as a user would, capturing its output."""
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
     return subprocess.run([str(BIN / script), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@contextlib.contextmanager
+def running(script: str, *args: str):
+    """One of our console scripts started in the background (stdout discarded, stderr piped), for a test that kills
+    it: whatever happens in the block, the process is SIGKILLed if still alive and reaped on leaving it."""
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    proc = subprocess.Popen([str(BIN / script), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+def wait_for(pred, what: str, timeout: float = 120.0):
+    """pred()'s first truthy value, polled every 50 ms; AssertionError naming `what` after `timeout` s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def checkpoint_step(run: Path) -> int | None:
+    """The step of a training run directory's latest checkpoint (None: none yet, or latest.json mid-write)."""
+    try:
+        return json.loads((Path(run) / "checkpoints/latest.json").read_text())["step"]
+    except (OSError, ValueError):
+        return None
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

@@ -128,38 +128,20 @@ def test_a_killed_quickstart_resumes_its_bc_stage_from_the_last_checkpoint(tmp_p
     """A real SIGKILL part-way through BC; the rerun reuses the finished stages and continues BC from its last
     checkpoint (peg_insert's recipe trains 8,000 BC steps: a killed run must not start them over)."""
     import signal
-    import time
 
-    from tests.conftest import run_main
+    from tests.conftest import checkpoint_step, run_main, running, wait_for
 
     tiny = [a for a in TINY_BC if not a.startswith("bc.steps=")]
     args = ["stages=[expert,demos,bc]", "episodes=2", "env.num_envs=2", *tiny, "bc.ckpt_every=3", "bc.log_every=1",
             *SHORT, f"hydra.run.dir={tmp_path}"]
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
-    proc = subprocess.Popen([str(QUICKSTART), *args, "bc.steps=100000"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env)
-    latest = tmp_path / "bc" / "checkpoints" / "latest.json"
-
-    def step():
-        try:
-            return json.loads(latest.read_text())["step"]
-        except (OSError, ValueError):
-            return 0
-
-    try:
-        end = time.monotonic() + 240
-        while step() < 6 and proc.poll() is None and time.monotonic() < end:
-            time.sleep(0.05)
-        assert step() >= 6, proc.stderr.read() if proc.poll() is not None else "no BC checkpoint in 240 s"
+    with running("robot-rl-quickstart", *args, "bc.steps=100000") as proc:
+        wait_for(lambda: (checkpoint_step(tmp_path / "bc") or 0) >= 6 or proc.poll() is not None,
+                 "the BC stage's second checkpoint", timeout=240)
+        assert proc.poll() is None, proc.stderr.read()
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
-    at = step()
-    assert not (tmp_path / "bc" / "done.json").exists()
+    at = checkpoint_step(tmp_path / "bc")
+    assert at >= 6 and not (tmp_path / "bc" / "done.json").exists()
     code, out, err = run_main("robot-rl-quickstart", [*args, f"bc.steps={at + 2}"], capsys, monkeypatch)
     assert code == 0, out + err
     stages = json.loads((tmp_path / "metrics.json").read_text())["stages"]

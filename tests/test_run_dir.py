@@ -4,18 +4,15 @@ one training at a time per run dir, what an interrupted checkpoint write left is
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from tests.conftest import BIN, TINY_BC, run_main
+from tests.conftest import TINY_BC, checkpoint_step, run_main, running, wait_for
 
 
 def _bc(tiny, run: Path, *extra: str) -> list[str]:
@@ -106,31 +103,11 @@ def test_reward_models_trained_twice_from_one_seed_are_identical(tmp_path):
     assert _same_weights(*weights)
 
 
-def _wait_for(pred, what: str, timeout: float = 120.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _latest_step(run: Path) -> int | None:
-    try:
-        return json.loads((run / "checkpoints/latest.json").read_text())["step"]
-    except (OSError, ValueError):
-        return None
-
-
 def test_a_killed_bc_run_is_locked_while_it_runs_and_resumes_with_its_whole_history(tiny, tmp_path, capsys,
                                                                                     monkeypatch):
     run = tmp_path / "run"
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.Popen([str(BIN / "robot-rl-train-bc"), *_bc(tiny, run, "steps=100000", "ckpt_every=3")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    try:
-        _wait_for(lambda: (_latest_step(run) or 0) >= 6, "the training's second checkpoint")
+    with running("robot-rl-train-bc", *_bc(tiny, run, "steps=100000", "ckpt_every=3")) as proc:
+        wait_for(lambda: (checkpoint_step(run) or 0) >= 6, "the training's second checkpoint")
         # a second training on the same run dir stops at once, naming the one that holds it (whatever its budget)
         code, out, err = run_main("robot-rl-train-bc", _bc(tiny, run, "steps=4", "ckpt_every=3"), capsys, monkeypatch)
         assert code == 2 and err.strip() == (f"robot-rl-train-bc: error: run directory {run} is in use by another "
@@ -138,13 +115,8 @@ def test_a_killed_bc_run_is_locked_while_it_runs_and_resumes_with_its_whole_hist
                                              "another hydra.run.dir")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
     assert (run / ".lock").read_text().strip() == str(proc.pid)  # the dead holder's lock, taken over below
-    step = _latest_step(run)
+    step = checkpoint_step(run)
     assert not (run / "metrics.json").exists() and not (run / "curves.png").exists()  # written at the end only
     code, out, err = run_main("robot-rl-train-bc", _bc(tiny, run, f"steps={step + 2}", "ckpt_every=3"), capsys,
                               monkeypatch)

@@ -191,6 +191,11 @@ def remove_leftovers(ckpt_dir: Path) -> list[str]:
     return sorted(removed)
 
 
+def has_training_checkpoint(run_dir: Path) -> bool:
+    """A training run directory (BC, residual RL) holds a checkpoint its trainer can resume from."""
+    return (Path(run_dir) / "checkpoints" / "latest.json").is_file()
+
+
 def latest_path(ckpt_dir: Path) -> Path | None:
     """The checkpoint directory checkpoints/latest.json names (None: no latest.json). CheckpointError when the file
     is not what save_training writes, or names anything but a step_<N> directory inside ckpt_dir."""
