@@ -137,21 +137,21 @@ def bench_robot(task: str, robot: str, cpu_ns, mjx_ns, seconds: float) -> dict:
 
 
 def main() -> None:
-    from sim.robot import ROBOT_NAMES
+    from sim.robot import ROBOTS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N in {1, 16}, MJX at N=16 only, shorter timings")
     ap.add_argument("--task", default="lift")
     ap.add_argument("--robot", default="primitive",
-                    help=f"env.robot, or several comma-separated, measured back to back ({', '.join(ROBOT_NAMES)})")
+                    help=f"env.robot, or several comma-separated, measured back to back ({', '.join(ROBOTS)})")
     ap.add_argument("--backend", default="both", choices=("both", "mujoco", "mjx"))
     ap.add_argument("--num-envs", default="", help="comma-separated N to measure (default: by --quick)")
     ap.add_argument("--rounds", type=int, default=1, help="times the robots take turns; figures are medians")
     args = ap.parse_args()
     robots = [r for r in args.robot.split(",") if r]
-    bad = [r for r in robots if r not in ROBOT_NAMES]
+    bad = [r for r in robots if r not in ROBOTS]
     if bad or not robots:
-        ap.error(f"--robot {args.robot!r}: valid robots are {', '.join(ROBOT_NAMES)}")
+        ap.error(f"--robot {args.robot!r}: valid robots are {', '.join(ROBOTS)}")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     seconds = 1.0 if args.quick else 3.0
     ns = tuple(int(n) for n in args.num_envs.split(",") if n)

@@ -111,13 +111,14 @@ class TaskPlan:
 # keys of each stage's command the benchmark sets itself, and the setting that sets them
 _EVAL = {"rl.eval_every": "eval_every", "rl.eval_episodes": "eval_episodes",
          "rl.final_eval_episodes": "final_eval_episodes", "rl.eval_seed": "eval_seed"}
-BC_OWN = {"task": "the task's name", "policy": "bc_policy", "data": "the demos stage", "steps": "bc_steps",
-          "seed": "seeds", "env.cameras": "cameras", "randomization": "randomization"}
-RL_OWN = {"task": "the task's name", "base": "the bc stage", "demos": "the demos stage", "mode": "the stage",
-          "env.num_envs": "num_envs", "eval_num_envs": "num_envs",
+BC_OWN = {"task": "the task's name", "env.task": "the task's name", "policy": "bc_policy", "data": "the demos stage",
+          "steps": "bc_steps", "seed": "seeds", "env.cameras": "cameras", "randomization": "randomization"}
+RL_OWN = {"task": "the task's name", "env.task": "the task's name", "base": "the bc stage", "demos": "the demos stage",
+          "mode": "the stage", "env.num_envs": "num_envs", "eval_num_envs": "num_envs",
           "rl.env_steps": "env_steps", "rl.time_budget_s": "time_budget_s", "rl.seed": "seeds",
           "env.cameras": "cameras", "randomization": "randomization", **_EVAL}
-REWARD_OWN = {"task": "the task's name", "data": "the demos stage", "rollouts": "the rollouts stage", "seed": "seeds"}
+REWARD_OWN = {"task": "the task's name", "env.task": "the task's name", "data": "the demos stage",
+              "rollouts": "the rollouts stage", "seed": "seeds"}
 SAC_OWN = {"task": "the task's name", "out": "the sac stage", "env_steps": "env_steps", "seed": "baseline_seeds",
            "time_budget_s": "time_budget_s", "eval_every": "eval_every", "eval_episodes": "eval_episodes",
            "final_eval_episodes": "final_eval_episodes", "eval_seed": "eval_seed", "eval_num_envs": "num_envs"}
@@ -265,26 +266,26 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
         need_demos = seed in cfg.seeds or "scratch" in plan.baselines
         if need_demos:
             out.append(Stage(task, seed, "demos", [
-                "robot-rl-collect", f"task={task}", f"episodes={plan.demos}", f"expert.noise={plan.demo_noise:g}",
+                "robot-rl-collect", f"env.task={task}", f"episodes={plan.demos}", f"expert.noise={plan.demo_noise:g}",
                 f"seed={seed}", f"out={store}", *rand, *cams, f"hydra.run.dir={d['demos']}"], d["demos"]))
         if seed in cfg.seeds:
             rollouts, reward = d["rollouts"] / "episodes.zarr", d["reward"]
             out.append(Stage(task, seed, "bc", [
-                "robot-rl-train-bc", f"task={task}", f"policy={plan.bc_policy}", f"data={store}",
+                "robot-rl-train-bc", f"env.task={task}", f"policy={plan.bc_policy}", f"data={store}",
                 f"steps={plan.bc_steps}", f"seed={seed}", "final_eval=false", "videos=0", *rand, *cams, *plan.bc_args,
                 f"hydra.run.dir={d['bc']}"], d["bc"]))
             out.append(Stage(task, seed, "residual", [
-                "robot-rl-train-residual", f"task={task}", f"base={base}", f"demos={store}",
+                "robot-rl-train-residual", f"env.task={task}", f"base={base}", f"demos={store}",
                 *budget(plan.time_budget_s), f"rl.seed={seed}", *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['residual']}"], d["residual"]))
             out.append(Stage(task, seed, "rollouts", [
-                "robot-rl-collect", f"task={task}", f"policy={base}", f"episodes={plan.rollouts}",
+                "robot-rl-collect", f"env.task={task}", f"policy={base}", f"episodes={plan.rollouts}",
                 f"seed={100 + seed}", f"out={rollouts}", *rand, *cams, f"hydra.run.dir={d['rollouts']}"],
                 d["rollouts"]))
             out.append(Stage(task, seed, "reward", [
-                "robot-rl-train-reward", f"task={task}", f"data={store}", f"rollouts={rollouts}", f"seed={seed}",
+                "robot-rl-train-reward", f"env.task={task}", f"data={store}", f"rollouts={rollouts}", f"seed={seed}",
                 *plan.reward_args, f"hydra.run.dir={reward}"], reward))
             out.append(Stage(task, seed, "learned", [
-                "robot-rl-train-residual", f"task={task}", f"base={base}", f"demos={store}",
+                "robot-rl-train-residual", f"env.task={task}", f"base={base}", f"demos={store}",
                 *budget(plan.time_budget_s), f"rl.seed={seed}", "rl.reward=learned", f"rl.reward_model={reward}",
                 *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['learned']}"], d["learned"]))
         if seed in cfg.baseline_seeds:  # sac first: it cannot resume, so it gets the first free core
@@ -297,7 +298,7 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
                     f"out={d['sac']}"], d["sac"]))
             if "scratch" in plan.baselines:
                 out.append(Stage(task, seed, "scratch", [
-                    "robot-rl-train-residual", f"task={task}", "mode=scratch", f"demos={store}", *budget(base_time),
+                    "robot-rl-train-residual", f"env.task={task}", "mode=scratch", f"demos={store}", *budget(base_time),
                     f"rl.seed={seed}", *rand, *plan.rl_args, f"hydra.run.dir={d['scratch']}"], d["scratch"]))
     return out
 

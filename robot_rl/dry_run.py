@@ -61,7 +61,7 @@ def dry_run(out: str | Path, policy: str | Path, task: str, episodes: int, seed:
     out = Path(out)
     bin_dir = Path(sys.executable).parent
     ns = "dry" + uuid.uuid4().hex[:8]
-    common = [f"task={task}", f"deploy.domain_id={random.randint(1, 200)}",
+    common = [f"env.task={task}", f"deploy.domain_id={random.randint(1, 200)}",
               *(f"deploy.topics.{t}=/{ns}/{t}" for t in TOPICS), *env_args]
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
     driver = subprocess.Popen(

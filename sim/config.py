@@ -12,7 +12,7 @@ IMAGE_QUALITIES = ("fast", "high")  # see sim.render
 
 
 from robot_rl.common.config import ConfigError, from_mapping as _from_mapping
-from sim.robot import ROBOT_NAMES
+from sim.robot import ROBOTS
 
 
 def _range(name: str, v, *, positive: bool = False, nonneg: bool = False) -> tuple[float, float]:
@@ -118,8 +118,8 @@ class EnvConfig:
     def validate(self, task_names) -> None:
         if self.task not in task_names:
             raise ConfigError(f"unknown task {self.task!r}; valid tasks: {', '.join(sorted(task_names))}")
-        if self.robot not in ROBOT_NAMES:
-            raise ConfigError(f"unknown robot {self.robot!r}; valid robots: {', '.join(ROBOT_NAMES)}")
+        if self.robot not in ROBOTS:
+            raise ConfigError(f"unknown robot {self.robot!r}; valid robots: {', '.join(ROBOTS)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"unknown backend {self.backend!r}; valid backends: {', '.join(BACKENDS)}")
         if self.action_space not in ACTION_SPACES:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sim.registry import Registry
+
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("finger_left", "finger_right")
 N_ARM = 7
@@ -185,16 +187,30 @@ def _menagerie_mjcf() -> RobotMJCF:
     return menagerie.panda_mjcf()
 
 
-ROBOTS: dict[str, Robot] = {
-    "primitive": Robot("primitive", HOME_QPOS, pad_gap=-0.005, mjcf=_primitive_mjcf),
-    # Menagerie's pads (panda.xml fingertip_pad_collision_1) sit 1.5 mm off the finger's inner plane; its grip site
-    # lies 6.5 mm further from the flange than ours, hence its own home posture (tests/test_panda_menagerie.py).
-    "panda_menagerie": Robot(
-        "panda_menagerie", np.array([0.0, -0.184, 0.0, -2.4973, 0.0, 2.3133, 0.7854]), pad_gap=0.003,
-        mjcf=_menagerie_mjcf,
-    ),
-}
-ROBOT_NAMES = tuple(ROBOTS)
+def _builtin_robots() -> dict[str, Robot]:
+    return {
+        "primitive": Robot("primitive", HOME_QPOS, pad_gap=-0.005, mjcf=_primitive_mjcf),
+        # Menagerie's pads (panda.xml fingertip_pad_collision_1) sit 1.5 mm off the finger's inner plane; its grip
+        # site lies 6.5 mm further from the flange than ours, hence its own home posture
+        # (tests/test_panda_menagerie.py).
+        "panda_menagerie": Robot(
+            "panda_menagerie", np.array([0.0, -0.184, 0.0, -2.4973, 0.0, 2.3133, 0.7854]), pad_gap=0.003,
+            mjcf=_menagerie_mjcf,
+        ),
+    }
+
+
+def _check_robot(name: str, obj) -> str | None:
+    if not isinstance(obj, Robot):
+        return f"{obj!r} is not a sim.robot.Robot"
+    if obj.name != name:
+        return f"the Robot's name is {obj.name!r}; it must be the registered name {name!r}"
+    return None
+
+
+# name -> Robot, the built-ins and those of installed packages (entry-point group "robot_rl.robots" naming a Robot
+# object; sim/registry.py)
+ROBOTS = Registry("robot", "robot_rl.robots", _builtin_robots, _check_robot)
 
 
 def get_robot(name: str) -> Robot:

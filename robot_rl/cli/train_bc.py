@@ -85,7 +85,7 @@ def open_store(path: str, env_cfg, obs_dims: dict, cameras=(), instruction: bool
     tasks = sorted(set(store.episode_attr("task")[good].tolist()))
     if tasks != [env_cfg.task]:
         fail(f"episode store {path} holds task(s) {tasks}, the run trains task {env_cfg.task!r}; "
-             f"set task=... to match or collect data for {env_cfg.task!r}")
+             f"set env.task=... to match or collect data for {env_cfg.task!r}")
     missing = [k for k in [f"obs/{k}" for k in obs_dims] + ["action"] if k not in store.keys]
     if missing:
         fail(f"episode store {path} lacks key(s) the policy needs: {missing} (it has {sorted(store.keys)})")

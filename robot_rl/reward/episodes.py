@@ -163,7 +163,7 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
         tasks = sorted(set(map(str, store.episode_attr("task"))))
         if tasks != [spec.task]:
             raise RewardDataError(f"episode store {store.path} holds task(s) {tasks}, the reward model is for "
-                                  f"task {spec.task!r}; set task=... to match or pass a store of {spec.task!r}")
+                                  f"task {spec.task!r}; set env.task=... to match or pass a store of {spec.task!r}")
     shapes = camera_shapes(stores, list(spec.image_shapes), spec.task)
     for k, want in spec.image_shapes.items():
         if shapes[k] != list(want):

@@ -22,6 +22,7 @@ import numpy as np
 
 from sim.actions import ActionSpace
 from sim.env import BatchedEnv
+from sim.registry import Registry
 from sim.robot import FINGER_MAX
 
 
@@ -233,7 +234,7 @@ def ee_yaw(obs):
     return np.arctan2(obs["proprio"][:, 19], obs["proprio"][:, 18]).astype(np.float64)
 
 
-def _registry() -> dict:
+def _builtins() -> dict:
     # Imported lazily: each task's expert lives in its own module next to the others.
     from sim.experts.color_lift import ColorLiftExpert
     from sim.experts.lift import LiftExpert
@@ -243,14 +244,23 @@ def _registry() -> dict:
     return {"color_lift": ColorLiftExpert, "lift": LiftExpert, "peg_insert": PegInsertExpert, "push": PushExpert}
 
 
+def _check(name: str, obj) -> str | None:
+    if not callable(obj):
+        return f"{obj!r} is not a class or factory of experts: it is called as expert(env, noise=, seed=)"
+    return None
+
+
+# task name -> its scripted expert (an Expert subclass, or any callable(env, noise=, seed=) whose result has
+# act(obs) and reset(env_ids)), from the built-ins and the entry-point group "robot_rl.experts" (sim/registry.py)
+EXPERTS = Registry("expert", "robot_rl.experts", _builtins, _check)
+register_expert = EXPERTS.register
+
+
 def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0) -> Expert:
-    try:
-        cls = _registry()[env.task.name]
-    except KeyError:
-        raise ValueError(
-            f"no scripted expert for task {env.task.name!r}; experts exist for {sorted(_registry())}"
-        ) from None
-    return cls(env, noise=noise, seed=seed)
+    if env.task.name not in EXPERTS:
+        raise ValueError(f"no scripted expert for task {env.task.name!r}; experts exist for {sorted(EXPERTS)} "
+                         "(a package adds one under the entry-point group 'robot_rl.experts', docs/own_task.md)")
+    return EXPERTS[env.task.name](env, noise=noise, seed=seed)
 
 
 def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress=None, on_step=None) -> dict:

@@ -1,8 +1,26 @@
-"""Task registry: name -> Task class."""
+"""Task registry: name -> Task class, the built-in tasks and those of installed packages (entry-point group
+"robot_rl.tasks"; sim/registry.py, docs/own_task.md)."""
 
-from sim.tasks.color_lift import ColorLiftTask
-from sim.tasks.lift import LiftTask
-from sim.tasks.peg_insert import PegInsertTask
-from sim.tasks.push import PushTask
+from sim.registry import Registry
+from sim.task import Task
 
-TASKS = {t.name: t for t in (ColorLiftTask, LiftTask, PegInsertTask, PushTask)}
+
+def _builtins() -> dict:
+    from sim.tasks.color_lift import ColorLiftTask
+    from sim.tasks.lift import LiftTask
+    from sim.tasks.peg_insert import PegInsertTask
+    from sim.tasks.push import PushTask
+
+    return {t.name: t for t in (ColorLiftTask, LiftTask, PegInsertTask, PushTask)}
+
+
+def _check(name: str, obj) -> str | None:
+    if not (isinstance(obj, type) and issubclass(obj, Task)):
+        return f"{obj!r} is not a subclass of sim.task.Task"
+    if obj.name != name:
+        return f"the class's name attribute is {obj.name!r}; it must be the registered name {name!r}"
+    return None
+
+
+TASKS = Registry("task", "robot_rl.tasks", _builtins, _check)
+register_task = TASKS.register
