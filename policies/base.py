@@ -98,10 +98,10 @@ class PolicySpec:
     def check_env(self, env) -> None:
         """Raise SpecMismatch naming every difference between this spec and a BatchedEnv."""
         problems = []
-        if env.cfg.task != self.task:
-            problems.append(f"task: policy {self.task!r}, env {env.cfg.task!r}")
-        if env.cfg.action_space != self.action_space:
-            problems.append(f"action_space: policy {self.action_space!r}, env {env.cfg.action_space!r}")
+        if env.task_name != self.task:
+            problems.append(f"task: policy {self.task!r}, env {env.task_name!r}")
+        if env.action_space.kind != self.action_space:
+            problems.append(f"action_space: policy {self.action_space!r}, env {env.action_space.kind!r}")
         if env.action_dim != self.action_dim:
             problems.append(f"action_dim: policy {self.action_dim}, env {env.action_dim}")
         env_dims = env.obs_dims
@@ -115,8 +115,8 @@ class PolicySpec:
         problems += self.image_problems(env_image_shapes(env))
         if self.instruction and not hasattr(env, "instruction"):
             problems.append("instruction: the policy reads a language instruction, the env gives none (env.instruction)")
-        if abs(env.cfg.control_hz - self.control_hz) > 1e-9:
-            problems.append(f"control_hz: policy {self.control_hz}, env {env.cfg.control_hz}")
+        if abs(env.control_hz - self.control_hz) > 1e-9:
+            problems.append(f"control_hz: policy {self.control_hz}, env {env.control_hz}")
         if problems:
             raise SpecMismatch("policy does not fit the env: " + "; ".join(problems))
 

@@ -15,8 +15,8 @@ class ExpertPolicy(BasePolicy):
 
         self.expert = make_expert(env, noise=noise, seed=seed)
         self.spec = PolicySpec(
-            task=env.cfg.task, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
-            action_space=env.cfg.action_space, obs_horizon=1, action_horizon=1, control_hz=env.cfg.control_hz,
+            task=env.task_name, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
+            action_space=env.action_space.kind, obs_horizon=1, action_horizon=1, control_hz=env.control_hz,
         )
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:

@@ -165,9 +165,9 @@ class ResidualPolicy(BasePolicy):
         if base is not None:
             spec = dataclasses.replace(base.spec, action_horizon=1, obs_dims=dict(base.spec.obs_dims))
         elif env is not None:
-            spec = PolicySpec(task=env.cfg.task, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
-                              action_space=env.cfg.action_space, obs_horizon=1, action_horizon=1,
-                              control_hz=env.cfg.control_hz)
+            spec = PolicySpec(task=env.task_name, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
+                              action_space=env.action_space.kind, obs_horizon=1, action_horizon=1,
+                              control_hz=env.control_hz)
         else:
             raise ValueError("a residual policy without a base needs the env to take its spec from")
         feature_dim = base_feature_dim(base, cfg)

@@ -18,8 +18,8 @@ class SB3Policy(BasePolicy):
     def __init__(self, model, env):
         self.model = model
         self.spec = PolicySpec(
-            task=env.cfg.task, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
-            action_space=env.cfg.action_space, obs_horizon=1, action_horizon=1, control_hz=env.cfg.control_hz,
+            task=env.task_name, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
+            action_space=env.action_space.kind, obs_horizon=1, action_horizon=1, control_hz=env.control_hz,
         )
 
     def act(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:

@@ -34,9 +34,9 @@ def build_policy(source: str, env, expert_noise: float = 0.0, seed: int = 0):
     if source == "expert":
         from policies.expert import ExpertPolicy
 
-        if env.cfg.action_space != "ee_delta":  # its IK step would read the (unstepped) sim env, not the robot
+        if env.action_space.kind != "ee_delta":  # its IK step would read the (unstepped) sim env, not the robot
             raise PolicyLoadError(f"the scripted expert drives a robot in ee_delta only; this deploy uses "
-                                  f"action_space={env.cfg.action_space!r}: deploy it with env.action_space=ee_delta")
+                                  f"action_space={env.action_space.kind!r}: deploy it with env.action_space=ee_delta")
         return ExpertPolicy(env, noise=expert_noise, seed=seed)
     if Path(source).exists():
         from policies import load_policy

@@ -98,7 +98,7 @@ class ControlNode:
         target_dim = env.task.target_dim
         if cfg.task_target is not None and len(cfg.task_target) != target_dim:
             raise ValueError(f"deploy.task_target={cfg.task_target} must have {target_dim} numbers for task "
-                             f"{env.cfg.task}")
+                             f"{env.task_name}")
         self.reset_token = reset_token or new_token()
         if reset_token is None:  # robot-rl-deploy prints its own; anyone else embedding the node learns it here
             log(f"reset token {self.reset_token}: a reset message must carry it (or request_local_reset())")

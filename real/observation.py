@@ -24,7 +24,7 @@ class ObservationModel:
     def __init__(self, env, joints: list[str]):
         """env: a MuJoCo-backend BatchedEnv of the task (only its model and task are used); joints: wire order."""
         self.task = env.task
-        self.actions = ActionHistory(1, env.cfg.action_history, env.action_space.neutral)  # commanded actions
+        self.actions = ActionHistory(1, env.action_history, env.action_space.neutral)  # commanded actions
         self.model: mujoco.MjModel = env.model
         self.data = mujoco.MjData(self.model)
         self._fk_data = mujoco.MjData(self.model)

@@ -25,7 +25,6 @@ topic (the sim driver, or the operator's reset routine on hardware); a human tak
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import threading
@@ -255,13 +254,13 @@ class RobotActor(BatchActor):
             from real.recording import DeploymentRecorder
 
             self.recorder = DeploymentRecorder(
-                store=store, bag=None, bag_topics={}, task=self.env.cfg.task,
+                store=store, bag=None, bag_topics={}, task=self.env.task_name,
                 instruction=self.dcfg.instruction or self.env.instructions()[0],
                 obs_dims={k: (v,) for k, v in self.policy.spec.obs_dims.items()},
                 action_dim=self.policy.spec.action_dim, policy_name=f"{base_path} + residual (robot actor {name})")
         self.tap = EpisodeTap(self.residual, self.recorder)
         inf = self.dcfg.inference
-        self.worker = InferenceWorker(base_path, dataclasses.asdict(self.env.cfg), mode=inf.worker,
+        self.worker = InferenceWorker(base_path, self.env.config_dict(), mode=inf.worker,
                                       torch_threads=inf.torch_threads, nice=inf.nice,
                                       realtime_priority=inf.realtime_priority)
         self.transport = None

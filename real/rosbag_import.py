@@ -110,7 +110,7 @@ def bag_to_episodes(msgs: dict, env, cfg: DeployConfig, *, target=None, source: 
         )
     om = ObservationModel(env, cfg.joints)
     space = env.action_space
-    dt_ns = int(round(1e9 / env.cfg.control_hz))
+    dt_ns = int(round(1e9 / env.control_hz))
     joints = list(cfg.joints)
     index = {j: i for i, j in enumerate(joints)}
 
@@ -183,11 +183,11 @@ def bag_to_episodes(msgs: dict, env, cfg: DeployConfig, *, target=None, source: 
             else:
                 ee = obs["proprio"][0, 15:18].astype(np.float64)
                 ee_cmd = om.ee_pos(q_cmd)
-                parts = [(ee_cmd - ee) / env.cfg.max_ee_delta]
+                parts = [(ee_cmd - ee) / env.action_space.max_ee_delta]
                 if space.use_yaw:
                     yaw = np.arctan2(obs["proprio"][0, 19], obs["proprio"][0, 18])
                     yaw_cmd = om.ee_yaw(q_cmd)
-                    parts.append([kin.wrap_angle(np, yaw_cmd - yaw) / env.cfg.max_yaw_delta])
+                    parts.append([kin.wrap_angle(np, yaw_cmd - yaw) / env.action_space.max_yaw_delta])
                 a = np.concatenate([*parts, [grip]])
             steps["action"].append(np.clip(a, -1.0, 1.0).astype(np.float32))
             om.actions.push(steps["action"][-1][None])
@@ -212,6 +212,6 @@ def bag_to_episodes(msgs: dict, env, cfg: DeployConfig, *, target=None, source: 
         meta = {"imported_from": "rosbag2", "start_event": seg["start"]}
         if seg.get("partial"):
             meta["partial"] = True
-        episodes.append(Episode(steps=data, task=env.task.name, source=src, success=seg["success"],
+        episodes.append(Episode(steps=data, task=env.task_name, source=src, success=seg["success"],
                                 instruction=env.instructions()[0], seed=int(seg["start"].get("seed", -1)), metadata=meta))
     return episodes

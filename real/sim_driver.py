@@ -58,7 +58,7 @@ class SimDriver:
                  realtime_priority: int = 0, log=print):
         self.env, self.cfg, self.transport, self.log = env, cfg, transport, log
         self.task = env.task
-        ecfg = env.cfg
+        ecfg = env.cfg  # the simulated robot steps the MuJoCo model itself: it reads the backend's physics settings
         sub = 1.0 / (rate_hz * ecfg.physics_dt)
         if abs(sub - round(sub)) > 1e-6 or sub < 1:
             raise ValueError(f"rate_hz={rate_hz} and physics_dt={ecfg.physics_dt}: 1 / (rate_hz * physics_dt) must be a whole number")
@@ -109,7 +109,7 @@ class SimDriver:
         """Episode k of env 0 for the seed: exactly the state in-process evaluation starts from."""
         d = self.data
         self.params, self._target = self.env.start_episode(0, k, d)
-        self.episode_latency = float(self.params["latency"][0]) / self.env.cfg.control_hz  # 0 without randomization
+        self.episode_latency = float(self.params["latency"][0]) / self.env.control_hz  # 0 without randomization
         d.ctrl[self.act_of] = d.qpos[self.qpos_adr]  # servos hold the reset posture
         self._cmd_queue.clear()
         self._ramp = None
@@ -167,7 +167,7 @@ class SimDriver:
             if ticks % self.ticks_per_step == 0:
                 steps += 1
                 success = success or bool(self._success())
-                if (success and self.env.cfg.terminate_on_success) or steps >= limit:
+                if (success and self.env.terminate_on_success) or steps >= limit:
                     return {"index": k, "seed": self.seed, "success": success, "steps": steps,
                             "latency_s": self.command_latency + self.episode_latency}
             if self.stopping:

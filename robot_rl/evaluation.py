@@ -59,8 +59,8 @@ def evaluate_policy(env, policy, episodes: int, seed: int = 0, videos: int = 0, 
         "episode_ids": result["episode_ids"],
         # outcome of each episode, in episode_ids' order: pairs the same scenes across runs (e.g. the instruction swap)
         "episode_success": [bool(s) for s in result["successes"]],
-        "task": env.cfg.task,
-        "backend": env.cfg.backend,
+        "task": env.task_name,
+        "backend": env.backend,
         "num_envs": env.num_envs,
     }
     by_goal = {}
@@ -75,7 +75,7 @@ def evaluate_policy(env, policy, episodes: int, seed: int = 0, videos: int = 0, 
         from robot_rl.video import write_mp4
 
         metrics["videos"] = [
-            str(write_mp4(Path(video_dir) / f"episode_{i}.mp4", np.stack(f), fps=env.cfg.control_hz))
+            str(write_mp4(Path(video_dir) / f"episode_{i}.mp4", np.stack(f), fps=env.control_hz))
             for i, f in enumerate(frames) if f
         ]
     return metrics

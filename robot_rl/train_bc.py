@@ -250,7 +250,7 @@ def policy_obs_dims(env, policy_cfg) -> dict[str, int]:
         return obs_dims
     unknown = [k for k in keys if k not in obs_dims]
     if unknown:
-        raise ValueError(f"policy.state_keys: {unknown} are not observations of task {env.cfg.task!r} (it has "
+        raise ValueError(f"policy.state_keys: {unknown} are not observations of task {env.task_name!r} (it has "
                          f"{sorted(obs_dims)})")
     return {k: obs_dims[k] for k in keys}
 
@@ -272,7 +272,7 @@ class BCWorkspace:
         if cfg.init is not None:
             init = load_init(cfg.init, env, policy_cfg.device, kind, check_env=evaluates)
             policy_cfg = dataclasses.replace(init.cfg, **runtime_fields(init.cfg, policy_cfg))
-        self.resume_config = resume_config(cfg, policy_cfg, env.cfg.task)
+        self.resume_config = resume_config(cfg, policy_cfg, env.task_name)
         obs_dims = policy_obs_dims(env, policy_cfg)
         image_keys = [f"obs/images/{c}" for c in getattr(policy_cfg, "cameras", ())]
         keys = [f"obs/{k}" for k in obs_dims] + ["action"]  # the normalized keys (statistics)
@@ -315,8 +315,8 @@ class BCWorkspace:
         if init is not None:
             self.policy = init
         else:
-            spec = dict(task=env.cfg.task, obs_dims=obs_dims, action_dim=env.action_dim,
-                        action_space=env.cfg.action_space, control_hz=env.cfg.control_hz)
+            spec = dict(task=env.task_name, obs_dims=obs_dims, action_dim=env.action_dim,
+                        action_space=env.action_space.kind, control_hz=env.control_hz)
             if image_keys:
                 spec["image_shapes"] = {k[4:]: list(stores[0].keys[k].shape) for k in image_keys}
             self.policy = policy_class(kind).from_stats(spec, policy_cfg, merged_stats([s.stats(keys) for s in stores]))

@@ -32,6 +32,8 @@ class ActionSpace:
         self._ws_low = np.asarray(cfg.workspace_low, dtype=np.float64)
         self._ws_high = np.asarray(cfg.workspace_high, dtype=np.float64)
         self._down = kin.down_frame(np, 0.0)  # gripper pointing down, yaw 0
+        self.max_ee_delta = float(cfg.max_ee_delta)  # m one unit of an ee_delta action moves the hand per tick
+        self.max_yaw_delta = float(cfg.max_yaw_delta)  # rad one unit of the yaw entry turns it per tick
         self.low = -np.ones(self.dim, dtype=np.float32)
         self.high = np.ones(self.dim, dtype=np.float32)
 

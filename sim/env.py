@@ -31,7 +31,8 @@ from sim.tasks import TASKS
 
 
 class BatchedEnv:
-    """Shared host-side logic. Subclasses implement `_reset(keys)`, `_step(action)` and `_restart(idx, advance)`."""
+    """The env interface (sim/interface.py) of both backends: shared host-side logic. Subclasses implement
+    `_reset(keys)`, `_step(action)` and `_restart(idx, advance)`."""
 
     def __init__(self, cfg: EnvConfig):
         from sim.actions import ActionHistory, ActionSpace
@@ -153,6 +154,31 @@ class BatchedEnv:
             envs = sorted(set(np.nonzero(bad)[0].tolist()))
             raise ValueError(f"action contains NaN or inf for env(s) {envs[:10]}; actions must be finite")
         return a
+
+    # ---- the env interface's reads of the config (sim/interface.py: nothing above sim reads env.cfg) ----------------
+    @property
+    def task_name(self) -> str:
+        return self.cfg.task
+
+    @property
+    def control_hz(self) -> float:
+        return float(self.cfg.control_hz)
+
+    @property
+    def action_history(self) -> int:
+        return int(self.cfg.action_history)
+
+    @property
+    def terminate_on_success(self) -> bool:
+        return bool(self.cfg.terminate_on_success)
+
+    @property
+    def backend(self) -> str:
+        return self.cfg.backend
+
+    def config_dict(self) -> dict:
+        """The settings that build this env again in another process: sim.make_from_config(sim.env_config(d))."""
+        return dataclasses.asdict(self.cfg)
 
     @property
     def obs_dims(self) -> dict[str, int]:

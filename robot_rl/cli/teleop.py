@@ -206,7 +206,7 @@ def _hooks(cfg, env, run_dir: Path, viewer, realtime: bool):
 
     frames = run_dir / "frames"
     every = int(cfg.frame_every)
-    period = 1.0 / env.cfg.control_hz
+    period = 1.0 / env.control_hz
     next_t = [time.perf_counter()]
 
     def on_step(episode: int, step: int, obs) -> None:

@@ -120,7 +120,7 @@ def collect(
             if recording[i]:
                 k = int(env_episode[i])
                 batch.append(Episode(
-                    steps=steps, task=env.task.name, source=source, success=bool(steps["success"].any()),
+                    steps=steps, task=env.task_name, source=source, success=bool(steps["success"].any()),
                     instruction=instruction[i], seed=int(seed),
                     metadata={**(metadata or {}), "env_index": i, "env_episode": k,
                               FINAL_OBS: final_vectors(info["final_obs"], i)},

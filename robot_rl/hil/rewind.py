@@ -16,7 +16,7 @@ FIELDS = ("state", "sensordata", "mocap_pos", "ctrl", "latency_buf", "steps", "r
 
 class Rewinder:
     def __init__(self, env, max_steps: int):
-        if getattr(env.cfg, "backend", None) != "mujoco" or not all(hasattr(env, f) for f in FIELDS):
+        if getattr(env, "backend", None) != "mujoco" or not all(hasattr(env, f) for f in FIELDS):
             raise ValueError("rewind needs the MuJoCo C env (backend=mujoco); set backend=mujoco or hil.rewind_steps=0")
         if max_steps < 1:
             raise ValueError(f"rewind_steps={max_steps} must be >= 1")

@@ -136,7 +136,7 @@ def _episode(env, rows, stats, end, seed, instruction, supervised, metadata) -> 
     human = bool(steps["intervention"].any())
     source = "intervention" if supervised and human else ("policy" if supervised else "teleop")
     return Episode(
-        steps=steps, task=env.task.name, source=source,
+        steps=steps, task=env.task_name, source=source,
         success=(stats.label == "success") if stats.label is not None else sim_success,
         instruction=instruction, seed=int(seed),
         metadata={**(metadata or {}), **stats.to_json(), "sim_success": sim_success, "end": end,

@@ -86,7 +86,7 @@ class RewardSpec:
                                f". Train one for this task with robot-rl-train-reward task={task}")
 
     def check_env(self, env) -> None:
-        self.check(env.cfg.task, dict(env.obs_dims), "env", env_image_shapes(env))
+        self.check(env.task_name, dict(env.obs_dims), "env", env_image_shapes(env))
         if self.instruction and not hasattr(env, "instruction"):
             raise SpecMismatch("reward model does not fit the env: it reads a language instruction, the env gives "
                                "none (env.instruction)")

@@ -191,7 +191,7 @@ def base_fingerprint(base) -> dict:
 def resume_config(cfg: ResidualRLConfig, env, base, demo_path: str | None) -> dict:
     """What a resumed run must share with its checkpoint, as JSON values."""
     out = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in FREE_KEYS}
-    out.update(task=env.cfg.task, num_envs=env.num_envs, obs_dims=dict(env.obs_dims), base=base_fingerprint(base),
+    out.update(task=env.task_name, num_envs=env.num_envs, obs_dims=dict(env.obs_dims), base=base_fingerprint(base),
                demos=str(Path(demo_path).resolve()) if demo_path else None)
     return json.loads(json.dumps(out))
 
@@ -230,7 +230,7 @@ class ResidualWorkspace:
                                      str(cfg.reward_model))
             refits = cfg.labels.refit_every and cfg.labels.labels
             original = original_episodes(model, demo_store) if refits else None
-            self.online = OnlineReward(self.learned_reward, cfg.labels, env.num_envs, env.task.cfg.episode_steps,
+            self.online = OnlineReward(self.learned_reward, cfg.labels, env.num_envs, env.episode_steps,
                                        original, seed=cfg.seed + 2)
             self.guard = Guard(cfg.guard)
         self.best_state = None  # the learner at the guard's best vouched policy: what a rollback returns to
@@ -466,7 +466,7 @@ class ResidualWorkspace:
     def robot_minutes(self) -> float:
         """Robot time so far: training env steps and checked episodes, at the env's control rate."""
         steps = self.env_steps + (self.guard.robot_steps if self.guard is not None else 0)
-        return steps / float(self.env.cfg.control_hz) / 60.0
+        return steps / float(self.env.control_hz) / 60.0
 
     def finish_by_checks(self, log, evaluate) -> dict | None:
         """reward=learned, at the end: the last policy's check (unless the run stopped), then the best vouched
@@ -640,7 +640,7 @@ class ResidualWorkspace:
             self.learned_reward.model.save(self.run_dir / "reward_model")
         log.plot(self.run_dir / "curves.png",
                  ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean", "residual/abs_mean",
-                  "perf/updates_per_s"], title=f"residual RL {self.env.cfg.task}")
+                  "perf/updates_per_s"], title=f"residual RL {self.env.task_name}")
         done = self.learner.updates + (self.guard.discarded_updates if self.guard is not None else 0)
         return {"final_eval": final, "env_steps": self.env_steps, "updates": done,
                 "episodes": self.episodes, "train_time_s": self.train_time, "eval_time_s": clock.paused_s,
@@ -652,7 +652,7 @@ class ResidualWorkspace:
         also the guard's checks, the operator labels and robot minutes (training and checked episodes)."""
         out = {"base_eval": self.watch.base_eval, "best_eval": self.watch.best, "warnings": list(self.watch.warnings)}
         if self.guard is not None:
-            hz = float(self.env.cfg.control_hz)
+            hz = float(self.env.control_hz)
             out["warnings"] += self.online.warnings + self.guard.warnings
             out["guard"] = self.guard.summary()
             out["labels"] = {**self.online.summary(), "checked_episodes": self.guard.labels,

@@ -4,7 +4,6 @@ per-slot dedup, the training loop, the sequence marks and row tags in checkpoint
 from __future__ import annotations
 
 import collections
-import dataclasses
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -58,8 +57,8 @@ class DistributedWorkspace(ResidualWorkspace):
         # train on the classifier as it is, and the final evaluation picks the policy.
         self.online = self.guard = None
         self.base_path = str(Path(base_path).resolve()) if base_path else None
-        self.env_cfg = dataclasses.asdict(env.cfg)
-        self.eval_env_cfg = dataclasses.asdict((eval_env if eval_env is not None else env).cfg)
+        self.env_cfg = env.config_dict()
+        self.eval_env_cfg = (eval_env if eval_env is not None else env).config_dict()
         self.reward_args = {"reward": cfg.reward, "shaping": cfg.shaping, "gamma": cfg.learner.gamma,
                             "classifier_success": cfg.classifier_success,
                             "reward_model": str(Path(cfg.reward_model).resolve()) if cfg.reward_model else None}
@@ -222,7 +221,7 @@ class DistributedWorkspace(ResidualWorkspace):
             log.plot(self.run_dir / "curves.png",
                      ["eval/success_rate", "rollout/success_rate", "train/critic_loss", "q/mean",
                       "residual/abs_mean", "perf/updates_per_s", "perf/env_steps_per_s"],
-                     title=f"residual RL {self.env.cfg.task}, {self.slots} actors")
+                     title=f"residual RL {self.env.task_name}, {self.slots} actors")
             failed = False
         finally:
             if self.pool is not None:
