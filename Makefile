@@ -37,10 +37,20 @@ quickstart: $(VENV)/.installed
 
 # The layers contract (pyproject.toml [tool.importlinter]) first: a back-edge fails the run before any test.
 # The suite runs on TEST_WORKERS pytest-xdist workers, each test single-threaded (tests/conftest.py): one per core.
+# Then the tests marked mujoco_compat run again on the older MuJoCo the ecosystem's envs pin (Meta-World: 3.3.0,
+# gym-hil: < 3.9): pip puts it in a folder of its own beside the venv's 4.x, first on PYTHONPATH for that lane only.
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(PANDA_ASSETS)
+MUJOCO_COMPAT := 3.3.0
+MUJOCO_COMPAT_DIR := $(VENV)/mujoco-$(MUJOCO_COMPAT)
+test: $(VENV)/.installed $(PANDA_ASSETS) $(MUJOCO_COMPAT_DIR)/.installed
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile
+	PYTHONPATH=$(abspath $(MUJOCO_COMPAT_DIR)) ROBOT_RL_MUJOCO=$(MUJOCO_COMPAT) \
+		$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m mujoco_compat
+
+$(MUJOCO_COMPAT_DIR)/.installed: | $(VENV)/.installed
+	$(VENV)/bin/pip install --no-deps --target $(MUJOCO_COMPAT_DIR) mujoco==$(MUJOCO_COMPAT)
+	touch $@
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/sim_throughput.py --quick

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.config import EnvConfig, from_mapping
+from sim.config import ConfigError, EnvConfig, from_mapping
 from sim.env import BatchedEnv
 from sim.tasks import TASKS
 
@@ -28,6 +28,7 @@ def make_from_config(cfg: EnvConfig) -> BatchedEnv:
         from sim.backends.mujoco_cpu import MujocoEnv
 
         return MujocoEnv(cfg)
+    check_mjx_mujoco()
     import logging
 
     from robot_rl.common.jax_cache import enable_compilation_cache
@@ -36,3 +37,26 @@ def make_from_config(cfg: EnvConfig) -> BatchedEnv:
     logging.getLogger("jax").setLevel(logging.WARNING)  # JAX's backend probing (no TPU, ...) is noise at INFO
     enable_compilation_cache()
     return MjxBatchedEnv(cfg)
+
+
+def check_mjx_mujoco() -> None:
+    """ConfigError in one line where the installed mujoco-mjx needs a newer mujoco than the one installed (the MuJoCo C
+    backend runs on the older ones the ecosystem's envs pin, e.g. Meta-World's 3.3.0; MJX does not)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    try:
+        have = Version(metadata.version("mujoco"))
+        reqs = [Requirement(r) for r in metadata.requires("mujoco-mjx") or ()]
+        mjx = metadata.version("mujoco-mjx")
+    except metadata.PackageNotFoundError as e:
+        raise ConfigError(f"env.backend=mjx needs the {e.name} package: pip install mujoco-mjx, or set "
+                          "env.backend=mujoco") from None
+    for r in reqs:
+        if r.name == "mujoco" and (r.marker is None or r.marker.evaluate()) and \
+                not r.specifier.contains(have, prereleases=True):
+            raise ConfigError(f"env.backend=mjx: mujoco-mjx {mjx} needs mujoco{r.specifier}, this environment has "
+                              f"mujoco {have}; set env.backend=mujoco (MuJoCo C runs on {have}) or install a mujoco "
+                              "that MJX supports")

@@ -119,7 +119,7 @@ def _arm_xml() -> str:
     xml += "</body>" * len(_LINKS)
     return (
         "<body name='link0' pos='0 0 0'>"
-        "<geom type='cylinder' size='0.07 0.07' pos='0 0 0.07' mass='0' class='visual' material='arm_white'/>"
+        "<geom type='cylinder' size='0.07 0.07' pos='0 0 0.07' mass='0.63' class='visual' material='arm_white'/>"
         "<geom type='capsule' fromto='0 0 0.1 0 0 0.143' size='0.06' mass='0' class='visual' material='arm_grey'/>"
         + xml + "</body>"
     )

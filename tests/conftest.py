@@ -17,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import sim  # noqa: E402,F401  (before any test module imports mujoco: sim picks MUJOCO_GL for this machine first)
 # Small torch models run ~10x slower with intra-op threads on 2 busy cores (measured: 150 SB3 SAC updates
 # 22 s with 2 threads, 2 s with 1). Set before torch is imported anywhere in the session.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -33,6 +34,17 @@ N_ENVS = 4
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without xdist (-p no:xdist) it is not called
+def pytest_configure(config):
+    """`make test`'s second lane (ROBOT_RL_MUJOCO=<version>, that MuJoCo first on PYTHONPATH) really runs on it."""
+    want = os.environ.get("ROBOT_RL_MUJOCO")
+    if want:
+        import mujoco
+
+        if mujoco.__version__ != want:
+            raise pytest.UsageError(f"ROBOT_RL_MUJOCO={want} but mujoco {mujoco.__version__} imports (from "
+                                    f"{mujoco.__file__}); put mujoco {want} first on PYTHONPATH")
+
+
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs the suite on pytest-xdist workers with --dist loadfile: each file's tests on one worker (its
     module fixtures built once), and here the files with a function taking the session's mjx_env join one unit, so

@@ -9,6 +9,7 @@ import sim
 from sim.experts import make_expert, run_episodes
 
 
+@pytest.mark.mujoco_compat
 @pytest.mark.parametrize("task", sorted(sim.TASKS))
 def test_noiseless_expert_succeeds_in_95_percent_of_50_episodes(task):
     env = sim.make(task, backend="mujoco", num_envs=25)

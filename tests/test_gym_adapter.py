@@ -23,6 +23,7 @@ def _actions(n, dim, steps, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, (steps, n, dim)).astype(np.float32)
 
 
+@pytest.mark.mujoco_compat
 @pytest.mark.parametrize("cameras", [(), ("front",)], ids=["vector-obs", "camera"])
 @pytest.mark.parametrize("task", sorted(sim.TASKS))
 def test_every_registered_task_passes_gymnasium_env_checker_with_and_without_cameras(task, cameras):

@@ -45,6 +45,7 @@ def reach_site(tmp_path_factory) -> Path:
     return pip_install(ROOT / "tests/own_task", tmp_path_factory.mktemp("site") / "lib")
 
 
+@pytest.mark.mujoco_compat
 def test_own_task_runs_the_whole_loop(reach_site, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(reach_site))
     monkeypatch.chdir(tmp_path)
