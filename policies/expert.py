@@ -10,10 +10,10 @@ from policies.base import BasePolicy, PolicySpec
 class ExpertPolicy(BasePolicy):
     """One action per call (obs_horizon = action_horizon = 1); not saveable, it is code, not weights."""
 
-    def __init__(self, env, noise: float = 0.0, seed: int = 0):
+    def __init__(self, env, noise: float = 0.0, seed: int = 0, path: str | None = None):
         from sim.experts import make_expert
 
-        self.expert = make_expert(env, noise=noise, seed=seed)
+        self.expert = make_expert(env, noise=noise, seed=seed, path=path)
         self.spec = PolicySpec(
             task=env.task_name, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
             action_space=env.action_space.kind, obs_horizon=1, action_horizon=1, control_hz=env.control_hz,

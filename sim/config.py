@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
-BACKENDS = ("mujoco", "mjx")
+BACKENDS = ("mujoco", "mjx", "gymnasium")
 ACTION_SPACES = ("ee_delta", "joint_pos")
 IMAGE_QUALITIES = ("fast", "high")  # see sim.render
 
@@ -79,6 +79,23 @@ def _norm(v):
 
 
 @dataclasses.dataclass
+class GymConfig:
+    """env.backend=gymnasium: a gymnasium env of yours, N copies batched (sim/backends/gymnasium.py)."""
+
+    id: str = ""  # its registered gymnasium id, e.g. MountainCarContinuous-v0 (the task name of stores and policies)
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)  # keyword arguments of gymnasium.make
+    modules: tuple[str, ...] = ()  # modules imported first, to register the id (e.g. [gymnasium_robotics])
+    # our observation key -> the env's: a Dict space's key ("a/b" inside nested Dicts); {}: every Box of the space under
+    # its own name, a flat Box as "state"; uint8 Boxes [H, W, 3] become camera images "images/<key>"
+    obs: dict[str, str] = dataclasses.field(default_factory=dict)
+    # where success is read: an info key ("" = is_success, else success, whichever the env sets), or "terminated"
+    # (an episode that ends before its time limit succeeded)
+    success: str = ""
+    vectorization: str = "sync"  # gymnasium.make_vec's mode: sync (one process) | async (a process per env)
+    instruction: str = ""  # the task in words, for policies that read one ("" = the id)
+
+
+@dataclasses.dataclass
 class EnvConfig:
     """Everything that defines a batched environment except the task's own numbers (task_config)."""
 
@@ -110,12 +127,25 @@ class EnvConfig:
     # the state lags the commands already sent, and a robot knows what it sent (the deploy node supplies the same)
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
     task_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of the task's defaults
+    gym: GymConfig = dataclasses.field(default_factory=GymConfig)  # backend=gymnasium only
+
+    @property
+    def task_name(self) -> str:
+        """What the env's episodes, policies and reward models are of: the task, or a gymnasium env's id."""
+        return self.gym.id if self.backend == "gymnasium" else self.task
 
     @property
     def substeps(self) -> int:
         return int(round(1.0 / (self.control_hz * self.physics_dt)))
 
     def validate(self, task_names) -> None:
+        if isinstance(self.gym, dict):
+            self.gym = GymConfig(**self.gym)
+        if isinstance(self.randomization, dict):
+            self.randomization = RandomizationConfig(**self.randomization)
+        if self.backend == "gymnasium":
+            self._validate_gym()
+            return
         if self.task not in task_names:
             raise ConfigError(f"unknown task {self.task!r}; valid tasks: {', '.join(sorted(task_names))}")
         if self.robot not in ROBOTS:
@@ -162,6 +192,23 @@ class EnvConfig:
         if isinstance(self.randomization, dict):
             self.randomization = RandomizationConfig(**self.randomization)
         self.randomization.validate()
+
+
+    def _validate_gym(self) -> None:
+        g = self.gym
+        if not isinstance(g.id, str) or not g.id:
+            raise ConfigError("env.backend=gymnasium needs env.gym.id, a registered gymnasium id (e.g. "
+                              "env.gym.id=MountainCarContinuous-v0)")
+        if g.vectorization not in ("sync", "async"):
+            raise ConfigError(f"env.gym.vectorization={g.vectorization!r}; valid: sync, async")
+        if int(self.num_envs) != self.num_envs or self.num_envs < 1:
+            raise ConfigError(f"num_envs={self.num_envs} must be a whole number >= 1")
+        if not self.control_hz > 0:
+            raise ConfigError("control_hz must be > 0")
+        if self.action_history or self.cameras or self.randomization.overrides():
+            raise ConfigError("env.action_history, env.cameras and env.randomization are settings of our own tasks; "
+                              "a gymnasium env brings its own (map its image keys with env.gym.obs)")
+        g.modules = tuple(g.modules)
 
 
 def from_mapping(node: Any) -> EnvConfig:

@@ -1,6 +1,7 @@
 """The env interface: everything the layers above sim (data, policies, rl, reward, hil, real) may read from or call
-on an env. Both backends implement it (sim.env.BatchedEnv); an env of another kind implements the same members and
-runs through the same code. Nothing above sim reads an env's config (`env.cfg`): what it needs is a member here.
+on an env. Our backends implement it (sim.env.BatchedEnv: mujoco, mjx), and so does env.backend=gymnasium
+(sim/backends/gymnasium.py, any gymnasium env); the layers above run the same code on each. Nothing above sim reads an
+env's config (`env.cfg`): what it needs is a member here.
 
     env.task_name        "peg_insert": the name policies, episode stores and reward models are checked against
     env.num_envs         N, the batch every array has first
@@ -18,8 +19,13 @@ runs through the same code. Nothing above sim reads an env's config (`env.cfg`):
     env.instruction      each env's current-episode instruction, in words
     env.episode_ids      [N, 2] (env key, episode index): changes exactly where an env starts an episode
     env.config_dict()    the settings that build the same env in another process (env actors, inference workers)
-    reset(seed) -> obs; step(action) -> obs, reward, done, info; restart(env_ids) -> obs; render(env_ids, camera);
-    close()
+    reset(seed) -> obs      seed: an int for the batch or one per env
+    step(action) -> obs, reward, done, info
+                         auto-reset: where done, obs is the next episode's first; info holds success, terminated,
+                         truncated, final_obs (the finished episode's last obs), episode_return, episode_length,
+                         progress (ground truth where the env knows it, else NaN), intervention (False)
+    end_episodes(env_ids) -> obs of env_ids: their episodes end now, the next ones start
+    render(env_ids, camera) -> frames; close()
 """
 
 from __future__ import annotations
@@ -73,7 +79,7 @@ class Env(Protocol):
 
     def step(self, action) -> tuple: ...
 
-    def restart(self, env_ids) -> dict: ...
+    def end_episodes(self, env_ids) -> dict: ...
 
     def render(self, env_ids, camera: str = "front", width: int = 320, height: int = 240,
                quality: str = "high") -> np.ndarray: ...

@@ -24,6 +24,10 @@ def make(task: str = "lift", backend: str = "mujoco", num_envs: int = 16, **over
 def make_from_config(cfg: EnvConfig) -> BatchedEnv:
     """The env of `cfg.backend`; MJX gets JAX's persistent compilation cache, so its jit compiles are paid once."""
     cfg.validate(TASKS)
+    if cfg.backend == "gymnasium":
+        from sim.backends.gymnasium import GymnasiumEnv
+
+        return GymnasiumEnv(cfg)
     if cfg.backend == "mujoco":
         from sim.backends.mujoco_cpu import MujocoEnv
 

@@ -104,3 +104,21 @@ class Registry(Mapping):
         self._table()
         return self._origin[name]
 
+
+
+def load_object(path: str, what: str) -> Any:
+    """The object at "module:attr" (attr may be dotted); RegistryError names `what` and the path when it is not there."""
+    from importlib import import_module
+
+    module, sep, attr = str(path).partition(":")
+    if not sep or not module or not attr:
+        raise RegistryError(f"{what}={path!r}: give it as 'module:name' (e.g. my_pkg.experts:act)")
+    try:
+        obj = import_module(module)
+    except ImportError as e:
+        raise RegistryError(f"{what}={path!r}: module {module!r} does not import ({e})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise RegistryError(f"{what}={path!r}: module {module!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    return obj

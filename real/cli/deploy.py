@@ -104,7 +104,7 @@ def run(cfg: DictConfig) -> dict:
             dims = {k: (v,) for k, v in worker.spec.obs_dims.items()}
             try:
                 recorder = DeploymentRecorder(
-                    store=cfg.record.store, bag=cfg.record.rosbag, bag_topics=bag_topics(dcfg), task=env_cfg.task,
+                    store=cfg.record.store, bag=cfg.record.rosbag, bag_topics=bag_topics(dcfg), task=env_cfg.task_name,
                     instruction=dcfg.instruction or env.instructions()[0], obs_dims=dims, action_dim=worker.spec.action_dim,
                     policy_name=cfg.policy, fsync=cfg.record.fsync,
                 )
@@ -128,7 +128,7 @@ def run(cfg: DictConfig) -> dict:
             print("robot-rl-deploy: note: policy= is a residual checkpoint, run in the worker one request per step; "
                   "policy=<its base> residual=<this checkpoint> runs the residual in the loop (half the per-step "
                   "latency, docs/results/deploy_residual.md)", flush=True)
-        print(f"robot-rl-deploy: {cfg.policy} on {env_cfg.task}, {dcfg.rate_hz:g} Hz, {dcfg.transport} "
+        print(f"robot-rl-deploy: {cfg.policy} on {env_cfg.task_name}, {dcfg.rate_hz:g} Hz, {dcfg.transport} "
               f"(domain {dcfg.domain_id}{', loopback' if dcfg.transport == 'dds' and dcfg.loopback else ''}), "
               f"commands -> {dcfg.command_topic}", flush=True)
         print(f"robot-rl-deploy: reset token {token} (in {token_file}); a latched stop clears with it on "
@@ -145,7 +145,7 @@ def run(cfg: DictConfig) -> dict:
     finally:
         for close in closers:
             close()
-    metrics.update({"policy": cfg.policy, "residual": res if isinstance(res, str) else None, "task": env_cfg.task, "rate_hz": dcfg.rate_hz,
+    metrics.update({"policy": cfg.policy, "residual": res if isinstance(res, str) else None, "task": env_cfg.task_name, "rate_hz": dcfg.rate_hz,
                     "recorded_episodes": recorder.committed if recorder is not None else 0,
                     "bag_messages": recorder.messages if recorder is not None else 0,
                     "recording_error": recorder.error if recorder is not None else None})

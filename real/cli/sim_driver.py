@@ -63,7 +63,7 @@ def main(cfg: DictConfig) -> None:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        print(f"robot-rl-sim-driver: {env_cfg.task}, {cfg.episodes} episodes from seed {cfg.seed}, {rate:g} Hz, "
+        print(f"robot-rl-sim-driver: {env_cfg.task_name}, {cfg.episodes} episodes from seed {cfg.seed}, {rate:g} Hz, "
               f"DDS domain {dcfg.domain_id}{' (loopback)' if dcfg.loopback else ''}", flush=True)
         try:
             metrics = driver.run()
@@ -76,7 +76,7 @@ def main(cfg: DictConfig) -> None:
     finally:
         transport.close()
         env.close()
-    metrics["task"] = env_cfg.task
+    metrics["task"] = env_cfg.task_name
     write_metrics(run_dir, metrics)
     print(json.dumps({k: metrics[k] for k in ("episodes", "successes", "success_rate")}), flush=True)
     print(f"run dir: {run_dir}", flush=True)

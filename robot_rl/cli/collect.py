@@ -111,7 +111,7 @@ def main(cfg: DictConfig) -> None:
             meta = {"backend": env_cfg.backend, **policy_metadata(policy_path, actor.policy)}
         else:
             try:
-                actor = make_expert(env, noise=float(cfg.expert.noise), seed=int(cfg.seed))
+                actor = make_expert(env, noise=float(cfg.expert.noise), seed=int(cfg.seed), path=cfg.expert.path)
             except ValueError as e:  # no expert for this task, or an action space experts cannot drive
                 fail(str(e))
             source, who = "expert", "expert"
@@ -121,11 +121,11 @@ def main(cfg: DictConfig) -> None:
             store = EpisodeStore.open(out, mode="a", fsync=cfg.fsync)
         except StoreError as e:  # not a store, corrupted, damaged, or locked by another writer
             fail(str(e))
-        _refuse_repeat(store, out, env_cfg.task, source, int(cfg.seed), int(cfg.episodes), meta)
+        _refuse_repeat(store, out, env_cfg.task_name, source, int(cfg.seed), int(cfg.episodes), meta)
         try:
             t_collect = time.perf_counter()
             with progress_bar() as bar:
-                task = bar.add_task(f"{env_cfg.task} {who} -> {out.name}", total=cfg.episodes)
+                task = bar.add_task(f"{env_cfg.task_name} {who} -> {out.name}", total=cfg.episodes)
                 result = collect(
                     env, actor, store, cfg.episodes, seed=int(cfg.seed), source=source, metadata=meta,
                     progress=lambda n: bar.advance(task, n),
@@ -141,7 +141,7 @@ def main(cfg: DictConfig) -> None:
         if source == "expert" else None
 
     metrics = {
-        "task": env_cfg.task,
+        "task": env_cfg.task_name,
         "backend": env_cfg.backend,
         "num_envs": env_cfg.num_envs,
         "source": source,
@@ -158,7 +158,7 @@ def main(cfg: DictConfig) -> None:
     if problem is not None:
         fail(f"{problem} (the {result['episodes']} episodes are kept in {out}, a valid store)")
     print(
-        f"{env_cfg.task} / {env_cfg.backend}: recorded {result['episodes']} episodes ({result['steps']} steps), "
+        f"{env_cfg.task_name} / {env_cfg.backend}: recorded {result['episodes']} episodes ({result['steps']} steps), "
         f"success rate {result['success_rate']:.3f}, into {out} (now {result['store_episodes']} episodes)"
     )
     print(f"run dir: {run_dir}")

@@ -26,7 +26,8 @@ def load(policy: str, env, cfg: DictConfig):
         from policies.expert import ExpertPolicy
 
         try:
-            return ExpertPolicy(env, noise=number("expert_noise", cfg.expert_noise), seed=int(cfg.seed))
+            return ExpertPolicy(env, noise=number("expert_noise", cfg.expert_noise), seed=int(cfg.seed),
+                                path=cfg.get("expert_path"))
         except ValueError as e:
             fail(str(e))
     return load_checkpoint(policy, env, str(cfg.device))
@@ -61,7 +62,7 @@ def main(cfg: DictConfig) -> None:
         write_config(run_dir, cfg)  # the policy loaded: the run is on
         try:
             with progress_bar() as bar:
-                task = bar.add_task(f"eval {env_cfg.task}", total=episodes)
+                task = bar.add_task(f"eval {env_cfg.task_name}", total=episodes)
                 metrics = evaluate_policy(
                     env, policy, episodes, seed=seed, videos=videos, video_dir=run_dir / "videos",
                     camera=str(cfg.camera), size=tuple(cfg.video_size), progress=lambda n: bar.advance(task, n),
@@ -73,7 +74,7 @@ def main(cfg: DictConfig) -> None:
     metrics.update(policy=str(cfg.policy), wall_time_s=time.perf_counter() - t0)
     write_metrics(run_dir, metrics)
     lo, hi = metrics["success_ci95"]
-    print(f"{env_cfg.task} / {env_cfg.backend}: success {metrics['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) "
+    print(f"{env_cfg.task_name} / {env_cfg.backend}: success {metrics['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) "
           f"over {metrics['episodes']} episodes, mean return {metrics['mean_return']:.2f}, "
           f"mean length {metrics['mean_length']:.1f}")
     for goal, m in metrics.get("by_goal", {}).items():

@@ -113,7 +113,7 @@ def main(cfg: DictConfig) -> None:
                     resumed_from = ws.step if resume_or_fail(ws) else None
                     log = RunLog(out, resume_step=resumed_from)
                     result = ws.run(log, bar)
-                    write_results(out, log, result, {"task": env_cfg.task, "data": str(demos_path),
+                    write_results(out, log, result, {"task": env_cfg.task_name, "data": str(demos_path),
                                                      "episodes": store.n_episodes})
                     log.close()
                     store.close()
@@ -149,11 +149,11 @@ def main(cfg: DictConfig) -> None:
                     from robot_rl.common.run_log import RunLog
 
                     stores = [EpisodeStore.open(demos_path), EpisodeStore.open(run_dir / "rollouts" / "episodes.zarr")]
-                    data = load_episodes(stores, RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims)))
+                    data = load_episodes(stores, RewardSpec(task=env_cfg.task_name, obs_dims=dict(env.obs_dims)))
                     log = RunLog(out)
-                    spec = RewardSpec(task=env_cfg.task, obs_dims=dict(env.obs_dims))
+                    spec = RewardSpec(task=env_cfg.task_name, obs_dims=dict(env.obs_dims))
                     _, m = train_reward(out, reward_cfg, data, spec, log, bar)
-                    write_metrics(out, {"task": env_cfg.task, **m, "history": log.history_json()})
+                    write_metrics(out, {"task": env_cfg.task_name, **m, "history": log.history_json()})
                     log.close()
                     for st in stores:
                         st.close()
@@ -173,7 +173,7 @@ def main(cfg: DictConfig) -> None:
                     resumed_from = ws.env_steps if resume_or_fail(ws) else None
                     log = RunLog(out, resume_step=resumed_from)
                     result = run_with_budget_bar(ws, log, bar, "residual RL")
-                    write_results(out, log, result, {"task": env_cfg.task, "base": str(run_dir / "bc" / "policy"),
+                    write_results(out, log, result, {"task": env_cfg.task_name, "base": str(run_dir / "bc" / "policy"),
                                                      "demos": str(demos_path)})
                     log.close()
                     store.close()
@@ -197,7 +197,7 @@ def main(cfg: DictConfig) -> None:
                     from robot_rl.dry_run import dry_run, env_overrides
 
                     task = bar.add_task("deploy: dry run over DDS (episodes)", total=int(cfg.deploy_episodes))
-                    return dry_run(out, run_dir / "residual" / "policy", env_cfg.task, int(cfg.deploy_episodes),
+                    return dry_run(out, run_dir / "residual" / "policy", env_cfg.task_name, int(cfg.deploy_episodes),
                                    seed=int(cfg.eval_seed), progress=lambda n: bar.advance(task, n),
                                    env_args=env_overrides(env_cfg))
 
@@ -214,8 +214,8 @@ def main(cfg: DictConfig) -> None:
         from robot_rl.report import write_report
 
         wall = time.perf_counter() - t0
-        report, _ = write_report(run_dir, pipe.results, title=f"robot_rl quickstart: {env_cfg.task}",
-                                 meta={"task": env_cfg.task, "backend": env_cfg.backend, "wall time (s)": wall})
+        report, _ = write_report(run_dir, pipe.results, title=f"robot_rl quickstart: {env_cfg.task_name}",
+                                 meta={"task": env_cfg.task_name, "backend": env_cfg.backend, "wall time (s)": wall})
         _print(pipe.results, env_cfg, wall, run_dir)
         print(f"report: {report}")
 
@@ -226,7 +226,7 @@ def summary(m: dict) -> dict:
 
 
 def _print(results: dict, env_cfg, wall: float, run_dir) -> None:
-    task = f"{env_cfg.task} / {env_cfg.backend}"
+    task = f"{env_cfg.task_name} / {env_cfg.backend}"
     for name, label in (("expert", "scripted expert"), ("eval_bc", "diffusion BC"),
                         ("eval_residual", "BC + residual RL")):
         if name in results:

@@ -124,13 +124,13 @@ def run(cfg: DictConfig) -> None:
 
     choice = HydraConfig.get().runtime.choices.get("randomization") if HydraConfig.initialized() else None
     nominal = not env_cfg.randomization.overrides()
-    meta = {"task": env_cfg.task, "backend": env_cfg.backend, "num_envs": env_cfg.num_envs, "episodes": episodes,
+    meta = {"task": env_cfg.task_name, "backend": env_cfg.backend, "num_envs": env_cfg.num_envs, "episodes": episodes,
             "seed": seed, "randomization": "nominal" if nominal else (choice or "custom"),
             "base_randomization": dataclasses.asdict(env_cfg.randomization), "expert_noise": cfg.expert_noise,
             "generated": time.strftime("%Y-%m-%d %H:%M:%S")}
     card = rb.card(records, levels, sources, meta)
     files = rb.write_card(run_dir, card)
-    write_metrics(run_dir, {"sweep": "robustness", "task": env_cfg.task, "policies": sources,
+    write_metrics(run_dir, {"sweep": "robustness", "task": env_cfg.task_name, "policies": sources,
                             "episodes_run": total,
                             "wall_time_s": time.perf_counter() - t0, "card": {k: p.name for k, p in files.items()}})
     rows, header = rb.table(card)

@@ -161,12 +161,12 @@ def main(cfg: DictConfig) -> None:
         env.close()
     from robot_rl.hil import summary
 
-    metrics = {"task": env_cfg.task, "device": cfg.device, "policy": cfg.policy, "store": str(out), "seed": int(cfg.seed),
+    metrics = {"task": env_cfg.task_name, "device": cfg.device, "policy": cfg.policy, "store": str(out), "seed": int(cfg.seed),
                **result, **summary(controller.pop_finished()), "wall_time_s": time.perf_counter() - t0}
     if sc is not None:
         metrics["scripted_human"] = {k: getattr(sc, k) for k in sc.__dataclass_fields__}
     write_metrics(run_dir, metrics)
-    print(f"{env_cfg.task}: recorded {result['episodes']} episodes ({result['steps']} steps, "
+    print(f"{env_cfg.task_name}: recorded {result['episodes']} episodes ({result['steps']} steps, "
           f"{result['intervention_fraction']:.1%} under human control), success {result['success_rate']:.3f}, "
           f"sources {result['sources']}, into {out} (now {result['store_episodes']} episodes)")
     if result["stopped"] == "device_lost":

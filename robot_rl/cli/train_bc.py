@@ -68,7 +68,7 @@ def _configs(cfg: DictConfig):
 
 
 def open_store(path: str, env_cfg, obs_dims: dict, cameras=(), instruction: bool = False, skip_damaged: bool = False):
-    """The episode store at `path`, checked to hold `env_cfg.task`'s episodes with the keys the policy reads
+    """The episode store at `path`, checked to hold `env_cfg.task_name`'s episodes with the keys the policy reads
     (vector observations, the frames of `cameras`, a non-empty instruction per episode when asked); its damaged
     episodes are refused, or left out with skip_damaged."""
     from robot_rl.data import EpisodeStore, StoreError
@@ -83,22 +83,22 @@ def open_store(path: str, env_cfg, obs_dims: dict, cameras=(), instruction: bool
     if len(good) == 0:
         fail(f"episode store {path}: all {store.n_episodes} episodes are damaged (robot-rl-data verify {path})")
     tasks = sorted(set(store.episode_attr("task")[good].tolist()))
-    if tasks != [env_cfg.task]:
-        fail(f"episode store {path} holds task(s) {tasks}, the run trains task {env_cfg.task!r}; "
-             f"set env.task=... to match or collect data for {env_cfg.task!r}")
+    if tasks != [env_cfg.task_name]:
+        fail(f"episode store {path} holds task(s) {tasks}, the run trains task {env_cfg.task_name!r}; "
+             f"set env.task=... to match or collect data for {env_cfg.task_name!r}")
     missing = [k for k in [f"obs/{k}" for k in obs_dims] + ["action"] if k not in store.keys]
     if missing:
         fail(f"episode store {path} lacks key(s) the policy needs: {missing} (it has {sorted(store.keys)})")
     for k, d in obs_dims.items():
         shape = tuple(store.keys[f"obs/{k}"].shape)
         if shape != (d,):
-            fail(f"episode store {path}: obs/{k} has per-step shape {shape}, task {env_cfg.task!r} observes ({d},)")
+            fail(f"episode store {path}: obs/{k} has per-step shape {shape}, task {env_cfg.task_name!r} observes ({d},)")
     want = [f"obs/images/{c}" for c in cameras]
     lacking = [k for k in want if k not in store.keys]
     if lacking:
         have = sorted(k[len("obs/images/"):] for k in store.keys if k.startswith("obs/images/"))
         fail(f"episode store {path} lacks {', '.join(lacking)} (it has cameras {have}); the policy reads cameras "
-             f"{list(cameras)}: record them with robot-rl-collect task={env_cfg.task} out=PATH "
+             f"{list(cameras)}: record them with robot-rl-collect task={env_cfg.task_name} out=PATH "
              f"env.cameras=[{','.join(cameras)}], or set policy.cameras=[...] to the store's cameras")
     for k in want:
         spec = store.keys[k]
@@ -160,7 +160,7 @@ def main(cfg: DictConfig) -> None:
             except (FloatingPointError, StoreError) as e:  # StoreError: a chunk a lazy batch reads is damaged
                 fail(str(e))
             write_results(run_dir, log, result, {
-                "task": env_cfg.task, "data": str(Path(bc_cfg.data)) if isinstance(bc_cfg.data, str) else bc_cfg.data,
+                "task": env_cfg.task_name, "data": str(Path(bc_cfg.data)) if isinstance(bc_cfg.data, str) else bc_cfg.data,
                 "episodes": sum(len(s.good_episodes) for s in stores), "windows": len(ws.sampler), "resumed_from": resumed_from,
                 "wall_time_s": time.perf_counter() - t0, "init": bc_cfg.init, "mixture": ws.mixture,
             })
@@ -170,7 +170,7 @@ def main(cfg: DictConfig) -> None:
     finally:
         env.close()
     final = result["final_eval"]
-    done = f"{env_cfg.task}: trained {result['steps']} steps ({result['train_time_s']:.0f} s)"
+    done = f"{env_cfg.task_name}: trained {result['steps']} steps ({result['train_time_s']:.0f} s)"
     if final is not None:
         lo, hi = final["success_ci95"]
         done += (f"; BC success {final['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over "

@@ -114,11 +114,11 @@ def _evaluate_base(run_dir: Path, env_cfg, eval_env, base, rl, cfg, t0: float) -
 
     episodes = rl.final_eval_episodes or rl.eval_episodes
     with progress_bar() as bar:
-        task = bar.add_task(f"base alone {env_cfg.task}", total=episodes)
+        task = bar.add_task(f"base alone {env_cfg.task_name}", total=episodes)
         m = evaluate_policy(eval_env, base, episodes, seed=rl.eval_seed, videos=rl.videos,
                             video_dir=run_dir / "videos", progress=lambda n: bar.advance(task, n))
     write_metrics(run_dir, {
-        "mode": "base", "task": env_cfg.task, "base": str(cfg.base), "success_rate": m["success_rate"],
+        "mode": "base", "task": env_cfg.task_name, "base": str(cfg.base), "success_rate": m["success_rate"],
         "success_ci95": m["success_ci95"], "eval": {k: v for k, v in m.items() if k != "episode_ids"},
         "eval_episode_ids": m["episode_ids"], "history": {"eval/success_rate": [[0, m["success_rate"]]]},
         "wall_time_s": time.perf_counter() - t0,
@@ -151,7 +151,7 @@ def main(cfg: DictConfig) -> None:
                 write_config(run_dir, cfg)
                 m = _evaluate_base(run_dir, env_cfg, eval_env, base, rl, cfg, t0)
             lo, hi = m["success_ci95"]
-            print(f"{env_cfg.task}: base alone success {m['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over "
+            print(f"{env_cfg.task_name}: base alone success {m['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) over "
                   f"{m['episodes']} episodes")
             print(f"run dir: {run_dir}")
             return
@@ -193,7 +193,7 @@ def main(cfg: DictConfig) -> None:
             resumed = resume_or_fail(ws)
             write_config(run_dir, cfg)
             log = RunLog(run_dir, resume_step=ws.env_steps if resumed else None)
-            extra = {"mode": cfg.mode, "task": env_cfg.task, "base": cfg.base, "demos": cfg.demos,
+            extra = {"mode": cfg.mode, "task": env_cfg.task_name, "base": cfg.base, "demos": cfg.demos,
                      "num_envs": env_cfg.num_envs, "resumed_from": ws.env_steps if resumed else None,
                      "warnings": warnings}
             ws.on_warning = warn  # a 0% base, a long stretch below the base: stderr now, metrics.json at the end
@@ -201,12 +201,12 @@ def main(cfg: DictConfig) -> None:
                 print(f"resuming {run_dir} from env step {ws.env_steps}")
             elif base is not None and ws.evaluates():  # s0 of this run, on the residual's final evaluation episodes
                 with progress_bar() as bar:
-                    task = bar.add_task(f"base alone {env_cfg.task}", total=rl.final_eval_episodes or rl.eval_episodes)
+                    task = bar.add_task(f"base alone {env_cfg.task_name}", total=rl.final_eval_episodes or rl.eval_episodes)
                     m0 = ws.evaluate_base(log, progress=lambda n: bar.advance(task, n))
                 print(f"base alone: success {m0['success_rate']:.3f} over {m0['episodes']} episodes")
             try:
                 with progress_bar() as bar:
-                    result = run_with_budget_bar(ws, log, bar, f"{cfg.mode} RL {env_cfg.task}")
+                    result = run_with_budget_bar(ws, log, bar, f"{cfg.mode} RL {env_cfg.task_name}")
             except stops as e:
                 fail(str(e))
             write_results(run_dir, log, result, {**extra, "wall_time_s": time.perf_counter() - t0})
@@ -217,7 +217,7 @@ def main(cfg: DictConfig) -> None:
         env.close()
         eval_env.close()
     final = result["final_eval"]
-    done = (f"{env_cfg.task} ({cfg.mode}): {result['env_steps']} env steps, {result['updates']} updates, "
+    done = (f"{env_cfg.task_name} ({cfg.mode}): {result['env_steps']} env steps, {result['updates']} updates, "
             f"{result['train_time_s']:.0f} s of training")
     if final is not None:
         lo, hi = final["success_ci95"]

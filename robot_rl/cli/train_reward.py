@@ -88,7 +88,7 @@ def main(cfg: DictConfig) -> None:
 
     env = make_env(env_cfg)  # only for the task's observation spec
     try:
-        spec = build_spec(env_cfg.task, dict(env.obs_dims), env.task, stores, state, cameras, instruction)
+        spec = build_spec(env_cfg.task_name, dict(env.obs_dims), env.task, stores, state, cameras, instruction)
     finally:
         env.close()
     try:
@@ -118,14 +118,14 @@ def main(cfg: DictConfig) -> None:
             fail(str(e))
         n_ok = int(data.success.sum())
         write_metrics(run_dir, {
-            "task": env_cfg.task, **info, "episodes": data.n_episodes, "successful_episodes": n_ok,
+            "task": env_cfg.task_name, **info, "episodes": data.n_episodes, "successful_episodes": n_ok,
             "failed_episodes": data.n_episodes - n_ok, "steps": int(data.ends[-1]), **metrics,
             "wall_time_s": time.perf_counter() - t0, "history": log.history_json(),
         })
         log.close()
     p, c = metrics["progress"], metrics["classifier"]
     sp = "n/a (no ground-truth progress in the stores)" if p["spearman"] is None else f"{p['spearman']:.3f}"
-    print(f"{env_cfg.task}: held-out Spearman(Phi, true progress) {sp}; classifier AUROC {c['auroc']:.3f}, "
+    print(f"{env_cfg.task_name}: held-out Spearman(Phi, true progress) {sp}; classifier AUROC {c['auroc']:.3f}, "
           f"at threshold {c['threshold']:.3f}: FPR {c['fpr']:.4f}, TPR {c['tpr']:.3f} "
           f"({metrics['splits']['test']['episodes']} test episodes)")
     print(f"reward model: {run_dir / CHECKPOINT_DIR}")

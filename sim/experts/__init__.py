@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.actions import ActionSpace
 from sim.env import BatchedEnv
-from sim.registry import Registry
+from sim.registry import Registry, load_object
 from sim.robot import FINGER_MAX
 
 
@@ -256,11 +256,43 @@ EXPERTS = Registry("expert", "robot_rl.experts", _builtins, _check)
 register_expert = EXPERTS.register
 
 
-def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0) -> Expert:
-    if env.task.name not in EXPERTS:
-        raise ValueError(f"no scripted expert for task {env.task.name!r}; experts exist for {sorted(EXPERTS)} "
-                         "(a package adds one under the entry-point group 'robot_rl.experts', docs/own_task.md)")
-    return EXPERTS[env.task.name](env, noise=noise, seed=seed)
+def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0, path: str | None = None) -> Expert:
+    """The scripted expert of env's task (EXPERTS), or with `path` ("module:function") a function of yours,
+    `act(obs) -> [N, A]` in the env's action units ([-1, 1] per dimension), wrapped in FunctionExpert."""
+    if path:
+        fn = load_object(path, "expert.path")
+        if not callable(fn):
+            raise ValueError(f"expert.path={path!r} is not a function act(obs) -> actions [N, A]")
+        return FunctionExpert(env, fn, noise=noise, seed=seed)
+    if env.task_name not in EXPERTS:
+        raise ValueError(f"no scripted expert for task {env.task_name!r}; experts exist for {sorted(EXPERTS)} "
+                         "(a package adds one under the entry-point group 'robot_rl.experts', docs/own_task.md; "
+                         "or give a function of yours as expert.path=module:function)")
+    return EXPERTS[env.task_name](env, noise=noise, seed=seed)
+
+
+class FunctionExpert:
+    """A scripted policy given as a function of the observation, `fn(obs) -> [N, A]` in [-1, 1], with Gaussian
+    action noise of std `noise` (then clipped) as the built-in experts have: demonstrations of any env."""
+
+    def __init__(self, env, fn, noise: float = 0.0, seed: int = 0):
+        if noise < 0:
+            raise ValueError(f"expert noise={noise} must be >= 0")
+        self.env, self.fn, self.noise = env, fn, float(noise)
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, env_ids=None) -> None:
+        pass
+
+    def act(self, obs: dict) -> np.ndarray:
+        a = np.asarray(self.fn(obs), dtype=np.float64)
+        n = len(next(iter(obs.values())))
+        if a.shape != (n, self.env.action_dim):
+            raise ValueError(f"expert.path {getattr(self.fn, '__name__', self.fn)!r} returned actions of shape "
+                             f"{a.shape}; expected {(n, self.env.action_dim)}")
+        if self.noise:
+            a = a + self.rng.normal(0.0, self.noise, a.shape)
+        return np.clip(a, -1.0, 1.0).astype(np.float32)
 
 
 def run_episodes(env: BatchedEnv, policy, episodes: int, seed: int = 0, progress=None, on_step=None) -> dict:

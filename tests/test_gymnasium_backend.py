@@ -1,0 +1,99 @@
+"""env.backend=gymnasium (sim/backends/gymnasium.py): gymnasium envs from installed packages through the commands.
+
+MountainCarContinuous-v0 (gymnasium's own: a flat Box observation, success = reaching the flag before the time limit)
+with the scripted policy in tests/gym_experts.py, and robot_rl/Lift-v0 (sim.gym_adapter: a Dict observation and
+info["success"]) for the observation mapping and the success key."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import sim
+from sim.interface import Env
+from tests.conftest import TINY_BC, assert_one_line_error
+
+CAR = ["env.backend=gymnasium", "env.gym.id=MountainCarContinuous-v0", "env.gym.success=terminated"]
+EXPERT = "tests.gym_experts:mountain_car"
+
+
+@pytest.mark.mujoco_compat
+def test_a_gymnasium_env_is_an_env_of_the_interface():
+    env = sim.make("lift", backend="gymnasium", num_envs=3,
+                   gym={"id": "robot_rl/Lift-v0", "modules": ["sim.gym_adapter"],
+                        "obs": {"arm": "proprio", "cube": "object"}})
+    try:
+        assert isinstance(env, Env)
+        assert env.task_name == "robot_rl/Lift-v0" and env.obs_dims == {"arm": 20, "cube": 11}
+        assert env.action_dim == 4 and env.action_space.kind == "gymnasium" and env.episode_steps == 80
+        obs = env.reset(seed=5)
+        assert obs["arm"].shape == (3, 20) and obs["arm"].dtype == np.float32
+        lengths, success_any = [], False
+        for _ in range(85):  # past the time limit: every env ends an episode and starts the next in the same step
+            obs, reward, done, info = env.step(np.zeros((3, 4), np.float32))
+            assert set(info["final_obs"]) == {"arm", "cube"} and info["success"].dtype == bool
+            lengths += info["episode_length"][done].tolist()
+            success_any |= info["success"].any()
+        assert lengths == [80, 80, 80] and not success_any and (env.episode_ids[:, 1] == 1).all()
+        first = env.end_episodes([1])
+        assert first["arm"].shape == (1, 20)
+    finally:
+        env.close()
+
+
+@pytest.mark.mujoco_compat
+def test_collect_bc_residual_and_eval_on_a_gymnasium_env(cli_here, tmp_path):
+    proc = cli_here("robot-rl-collect", *CAR, "backend=gymnasium", f"expert.path={EXPERT}", "expert.noise=0.2",
+                    "episodes=6", "env.num_envs=3", f"hydra.run.dir={tmp_path / 'collect'}")
+    assert proc.returncode == 0, proc.stderr
+    assert "MountainCarContinuous-v0 / gymnasium: recorded 6 episodes" in proc.stdout, proc.stdout
+    assert "success rate 1.000" in proc.stdout, proc.stdout
+    store = tmp_path / "collect/episodes.zarr"
+
+    proc = cli_here("robot-rl-eval", *CAR, "policy=expert", f"expert_path={EXPERT}", "episodes=3", "env.num_envs=3",
+                    "videos=0", f"hydra.run.dir={tmp_path / 'eval_expert'}")
+    assert proc.returncode == 0 and "success 1.000" in proc.stdout, proc.stdout + proc.stderr
+
+    proc = cli_here("robot-rl-train-bc", *CAR, f"data={store}", "steps=4", *TINY_BC, f"hydra.run.dir={tmp_path / 'bc'}")
+    assert proc.returncode == 0, proc.stderr
+    spec = json.loads((tmp_path / "bc/policy/config.json").read_text())["spec"]
+    assert spec["task"] == "MountainCarContinuous-v0" and spec["action_space"] == "gymnasium", spec
+
+    proc = cli_here("robot-rl-train-residual", *CAR, f"base={tmp_path / 'bc/policy'}", f"demos={store}",
+                    "env.num_envs=2", "eval_num_envs=2", "rl.env_steps=60", "rl.learning_starts=20", "rl.eval_every=0",
+                    "rl.final_eval_episodes=2", "rl.videos=0", "rl.time_budget_s=0", "rl.residual.hidden=[16]",
+                    "rl.learner.num_critics=2", "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16",
+                    "rl.learner.critic_warmup=5", f"hydra.run.dir={tmp_path / 'res'}")
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "res/metrics.json").read_text())
+    assert metrics["task"] == "MountainCarContinuous-v0" and metrics["env_steps"] >= 60, metrics
+
+    proc = cli_here("robot-rl-eval", *CAR, f"policy={tmp_path / 'res/policy'}", "episodes=2", "env.num_envs=2",
+                    "videos=0", f"hydra.run.dir={tmp_path / 'eval_res'}")
+    assert proc.returncode == 0 and "MountainCarContinuous-v0 / gymnasium: success" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["env.backend=gymnasium", "env.gym.id=NoSuchEnv-v9", "env.gym.modules=[json]"],
+     ("env.gym.id='NoSuchEnv-v9'", "no such id", "imported first: json", "env.gym.modules")),
+    (["env.backend=gymnasium"], ("needs env.gym.id",)),
+    ([*CAR, "+env.gym.obs.arm=proprio"], ("env.gym.obs.arm='proprio'", "no such observation", "<the whole Box>")),
+    (["env.backend=gymnasium", "env.gym.id=CartPole-v1", "env.gym.success=terminated"],
+     ("CartPole-v1", "Discrete(2)", "only a Box action space")),
+    (["env.backend=gymnasium", "env.gym.id=MountainCarContinuous-v0"],
+     ("env.gym.success=is_success / success", "has no such key", "it sets: none", "env.gym.success=terminated")),
+    (["env.backend=gymnasium", "env.gym.id=robot_rl/Lift-v0", "env.gym.modules=[sim.gym_adapter]",
+      "env.gym.success=solved"], ("env.gym.success=solved", "it sets: ", "success")),
+])
+def test_bad_gymnasium_settings_are_one_line(cli_here, tmp_path, args, needles):
+    proc = cli_here("robot-rl-eval", *args, f"policy=expert", f"expert_path={EXPERT}", "episodes=1",
+                    f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(proc, *needles)
+    assert not (tmp_path / "run/metrics.json").exists()
+
+
+def test_a_policy_of_another_env_is_refused(cli_here, tiny, tmp_path):
+    proc = cli_here("robot-rl-eval", *CAR, f"policy={tiny.policy}", "episodes=1", f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(proc, "task: policy 'lift', env 'MountainCarContinuous-v0'")
