@@ -1,4 +1,5 @@
-"""The batched environment interface (BatchedEnv); sim/make.py builds one from an EnvConfig.
+"""BatchedEnv: our two backends' shared host side of the env interface (sim/interface.py lists what the layers above
+may use); sim/make.py builds one from an EnvConfig. In detail, for these backends:
 
 Host API (both backends, numpy in / numpy out):
   reset(seed) -> obs                      seed: an int, or one int per env (env i then starts as a one-env
@@ -175,6 +176,14 @@ class BatchedEnv:
     @property
     def backend(self) -> str:
         return self.cfg.backend
+
+    @property
+    def instruction_names_goal(self) -> bool:
+        """The instruction says which goal an episode has (the task overrides Task.instruction, as color_lift does);
+        single-goal tasks draw paraphrases of one goal, which a reward model need not read."""
+        from sim.task import Task
+
+        return type(self.task).instruction is not Task.instruction
 
     def config_dict(self) -> dict:
         """The settings that build this env again in another process: sim.make_from_config(sim.env_config(d))."""

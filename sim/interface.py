@@ -17,6 +17,7 @@ env's config (`env.cfg`): what it needs is a member here.
     env.terminate_on_success  an episode ends at its first success (else at the time limit only)
     env.backend          "mujoco" | "mjx": which simulator steps it (reports only)
     env.instruction      each env's current-episode instruction, in words
+    env.instruction_names_goal  the instruction says which goal an episode has (a reward model must read it)
     env.episode_ids      [N, 2] (env key, episode index): changes exactly where an env starts an episode
     env.config_dict()    the settings that build the same env in another process (env actors, inference workers)
     reset(seed) -> obs      seed: an int for the batch or one per env
@@ -71,6 +72,9 @@ class Env(Protocol):
 
     @property
     def instruction(self) -> list[str]: ...
+
+    @property
+    def instruction_names_goal(self) -> bool: ...
 
     @property
     def episode_ids(self) -> np.ndarray: ...

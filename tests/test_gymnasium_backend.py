@@ -61,14 +61,27 @@ def test_collect_bc_residual_and_eval_on_a_gymnasium_env(cli_here, tmp_path):
     spec = json.loads((tmp_path / "bc/policy/config.json").read_text())["spec"]
     assert spec["task"] == "MountainCarContinuous-v0" and spec["action_space"] == "gymnasium", spec
 
+    # the reward models from the demos and the BC policy's rollouts (the env knows no progress: none compared)
+    proc = cli_here("robot-rl-collect", *CAR, "backend=gymnasium", f"policy={tmp_path / 'bc/policy'}", "episodes=2",
+                    "env.num_envs=2", f"hydra.run.dir={tmp_path / 'rollouts'}")
+    assert proc.returncode == 0, proc.stderr
+    proc = cli_here("robot-rl-train-reward", *CAR, f"data={store}", f"rollouts={tmp_path / 'rollouts/episodes.zarr'}",
+                    "steps=5", "batch_size=64", f"hydra.run.dir={tmp_path / 'reward'}")
+    assert proc.returncode == 0 and "no ground-truth progress" in proc.stdout, proc.stdout + proc.stderr
+
+    # residual RL on the learned reward, the scripted human correcting with the same function
     proc = cli_here("robot-rl-train-residual", *CAR, f"base={tmp_path / 'bc/policy'}", f"demos={store}",
-                    "env.num_envs=2", "eval_num_envs=2", "rl.env_steps=60", "rl.learning_starts=20", "rl.eval_every=0",
-                    "rl.final_eval_episodes=2", "rl.videos=0", "rl.time_budget_s=0", "rl.residual.hidden=[16]",
-                    "rl.learner.num_critics=2", "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16",
-                    "rl.learner.critic_warmup=5", f"hydra.run.dir={tmp_path / 'res'}")
+                    "rl.reward=learned", f"rl.reward_model={tmp_path / 'reward/reward_model'}",
+                    "rl.interventions=scripted", f"rl.hil.expert_path={EXPERT}", "rl.guard.base_episodes=2",
+                    "rl.guard.episodes=2", "env.num_envs=2", "eval_num_envs=2", "rl.env_steps=60",
+                    "rl.learning_starts=20", "rl.eval_every=0", "rl.final_eval_episodes=2", "rl.videos=0",
+                    "rl.time_budget_s=0", "rl.residual.hidden=[16]", "rl.learner.num_critics=2",
+                    "rl.learner.critic_hidden=[16]", "rl.learner.batch_size=16", "rl.learner.critic_warmup=5",
+                    f"hydra.run.dir={tmp_path / 'res'}")
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads((tmp_path / "res/metrics.json").read_text())
     assert metrics["task"] == "MountainCarContinuous-v0" and metrics["env_steps"] >= 60, metrics
+    assert metrics["history"]["hil/fraction_so_far"][-1][1] > 0, metrics["history"]  # the human took over
 
     proc = cli_here("robot-rl-eval", *CAR, f"policy={tmp_path / 'res/policy'}", "episodes=2", "env.num_envs=2",
                     "videos=0", f"hydra.run.dir={tmp_path / 'eval_res'}")
@@ -79,6 +92,7 @@ def test_collect_bc_residual_and_eval_on_a_gymnasium_env(cli_here, tmp_path):
     (["env.backend=gymnasium", "env.gym.id=NoSuchEnv-v9", "env.gym.modules=[json]"],
      ("env.gym.id='NoSuchEnv-v9'", "no such id", "imported first: json", "env.gym.modules")),
     (["env.backend=gymnasium"], ("needs env.gym.id",)),
+    ([*CAR, "expert_path=tests.gym_experts"], ("expert.path='tests.gym_experts'", "module:name")),
     ([*CAR, "+env.gym.obs.arm=proprio"], ("env.gym.obs.arm='proprio'", "no such observation", "<the whole Box>")),
     (["env.backend=gymnasium", "env.gym.id=CartPole-v1", "env.gym.success=terminated"],
      ("CartPole-v1", "Discrete(2)", "only a Box action space")),
@@ -88,7 +102,7 @@ def test_collect_bc_residual_and_eval_on_a_gymnasium_env(cli_here, tmp_path):
       "env.gym.success=solved"], ("env.gym.success=solved", "it sets: ", "success")),
 ])
 def test_bad_gymnasium_settings_are_one_line(cli_here, tmp_path, args, needles):
-    proc = cli_here("robot-rl-eval", *args, f"policy=expert", f"expert_path={EXPERT}", "episodes=1",
+    proc = cli_here("robot-rl-eval", f"expert_path={EXPERT}", *args, "policy=expert", "episodes=1",
                     f"hydra.run.dir={tmp_path / 'run'}")
     assert_one_line_error(proc, *needles)
     assert not (tmp_path / "run/metrics.json").exists()

@@ -46,15 +46,7 @@ def _open(path: str, what: str):
         fail(f"{what}={path}: {e}")
 
 
-def instruction_names_goal(task) -> bool:
-    """The task's instruction says which goal an episode has (it overrides Task.instruction, as color_lift does);
-    single-goal tasks draw paraphrases of one goal, which a reward model need not read."""
-    from sim.task import Task
-
-    return type(task).instruction is not Task.instruction
-
-
-def build_spec(task: str, obs_dims: dict[str, int], task_obj, stores, state, cameras, instruction: str):
+def build_spec(task: str, obs_dims: dict[str, int], names_goal: bool, stores, state, cameras, instruction: str):
     """The RewardSpec of the inputs the config selects, with frame sizes from the stores; fails naming the problem."""
     from robot_rl.reward.model import RewardSpec
     from robot_rl.reward.episodes import RewardDataError, camera_shapes
@@ -67,7 +59,7 @@ def build_spec(task: str, obs_dims: dict[str, int], task_obj, stores, state, cam
         shapes = camera_shapes(stores, cameras, task)
     except RewardDataError as e:
         fail(str(e))
-    reads_text = instruction == "true" or (instruction == "auto" and instruction_names_goal(task_obj))
+    reads_text = instruction == "true" or (instruction == "auto" and names_goal)
     if not keys and not shapes and not reads_text:
         fail("inputs.state=[], inputs.cameras=[] and no instruction: the reward model would read nothing")
     return RewardSpec(task=task, obs_dims={k: obs_dims[k] for k in keys}, image_shapes=shapes,
@@ -88,7 +80,8 @@ def main(cfg: DictConfig) -> None:
 
     env = make_env(env_cfg)  # only for the task's observation spec
     try:
-        spec = build_spec(env_cfg.task_name, dict(env.obs_dims), env.task, stores, state, cameras, instruction)
+        spec = build_spec(env.task_name, dict(env.obs_dims), env.instruction_names_goal, stores, state, cameras,
+                          instruction)
     finally:
         env.close()
     try:

@@ -30,6 +30,7 @@ class ScriptedHumanConfig:
     cooldown: int = 5  # steps after handing back before the next take-over
     max_fraction: float = 0.15  # budget: at most this fraction of all steps under human control
     max_episode_steps: int = 0  # at most this many human steps per episode (0 = no limit)
+    expert_path: str | None = None  # module:function act(obs) of yours that corrects (None: the task's expert)
 
     def __post_init__(self):
         self.validate()
@@ -57,7 +58,7 @@ class ScriptedHuman:
         from sim.experts import make_expert
 
         self.cfg = (cfg or ScriptedHumanConfig()).validate()
-        self.expert = make_expert(env, noise=0.0)  # ValueError names the tasks that have experts
+        self.expert = make_expert(env, noise=0.0, path=self.cfg.expert_path)  # ValueError names what is missing
         n = self.num_envs = env.num_envs
         self.streak = np.zeros(n, np.int64)  # consecutive off-plan steps
         self.left = np.zeros(n, np.int64)  # steps left in the current correction segment

@@ -200,7 +200,9 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
             side[k].append(store.read(f"obs/{k}").astype(np.float32))
         if spec.instruction:
             text.append(episode_instructions(store))
-        gt_p.append(store.read("progress").astype(np.float32) if "progress" in store.keys else None)
+        progress = store.read("progress").astype(np.float32) if "progress" in store.keys else None
+        # NaN: an env that does not know its progress (env.backend=gymnasium): no ground truth to compare with
+        gt_p.append(None if progress is None or np.isnan(progress).any() else progress)
         gt_s.append(store.read("success").astype(bool) if "success" in store.keys else None)
         final = final_observations(store, [*spec.obs_dims, *extra]) if not spec.image_shapes else None
         if final is not None:  # one more row per episode: the observation it ended in (gt: the last step's)

@@ -83,6 +83,7 @@ class GymnasiumEnv:
     backend = "gymnasium"
     terminate_on_success = True  # episodes end where the env ends them
     action_history = 0
+    instruction_names_goal = False  # one instruction for every episode (env.gym.instruction)
 
     def __init__(self, cfg: EnvConfig):
         import gymnasium
