@@ -112,13 +112,13 @@ def load_object(path: str, what: str) -> Any:
 
     module, sep, attr = str(path).partition(":")
     if not sep or not module or not attr:
-        raise RegistryError(f"{what}={path!r}: give it as 'module:name' (e.g. my_pkg.experts:act)")
+        raise RegistryError(f"{what} {path!r}: give it as 'module:name' (e.g. my_pkg.experts:act)")
     try:
         obj = import_module(module)
     except ImportError as e:
-        raise RegistryError(f"{what}={path!r}: module {module!r} does not import ({e})") from None
+        raise RegistryError(f"{what} {path!r}: module {module!r} does not import ({e})") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise RegistryError(f"{what}={path!r}: module {module!r} has no {attr!r}")
+            raise RegistryError(f"{what} {path!r}: module {module!r} has no {attr!r}")
         obj = getattr(obj, part)
     return obj

@@ -13,7 +13,7 @@ import pytest
 
 import sim
 from sim.interface import Env
-from tests.conftest import TINY_BC, assert_one_line_error
+from tests.conftest import ROOT, TINY_BC, assert_one_line_error
 
 CAR = ["env.backend=gymnasium", "env.gym.id=MountainCarContinuous-v0", "env.gym.success=terminated"]
 EXPERT = "tests.gym_experts:mountain_car"
@@ -92,7 +92,7 @@ def test_collect_bc_residual_and_eval_on_a_gymnasium_env(cli_here, tmp_path):
     (["env.backend=gymnasium", "env.gym.id=NoSuchEnv-v9", "env.gym.modules=[json]"],
      ("env.gym.id='NoSuchEnv-v9'", "no such id", "imported first: json", "env.gym.modules")),
     (["env.backend=gymnasium"], ("needs env.gym.id",)),
-    ([*CAR, "expert_path=tests.gym_experts"], ("expert.path='tests.gym_experts'", "module:name")),
+    ([*CAR, "expert_path=tests.gym_experts"], ("expert path 'tests.gym_experts'", "module:name")),
     ([*CAR, "+env.gym.obs.arm=proprio"], ("env.gym.obs.arm='proprio'", "no such observation", "<the whole Box>")),
     (["env.backend=gymnasium", "env.gym.id=CartPole-v1", "env.gym.success=terminated"],
      ("CartPole-v1", "Discrete(2)", "only a Box action space")),
@@ -111,3 +111,19 @@ def test_bad_gymnasium_settings_are_one_line(cli_here, tmp_path, args, needles):
 def test_a_policy_of_another_env_is_refused(cli_here, tiny, tmp_path):
     proc = cli_here("robot-rl-eval", *CAR, f"policy={tiny.policy}", "episodes=1", f"hydra.run.dir={tmp_path}")
     assert_one_line_error(proc, "task: policy 'lift', env 'MountainCarContinuous-v0'")
+
+
+def test_the_quickstart_on_a_gymnasium_env(tmp_path, monkeypatch):
+    """Every stage but the DDS dry run (one of our robots' deploy path), which is skipped with a line saying so."""
+    from tests.test_cli import TINY_BC as QS_BC, TINY_RL as QS_RL, _quickstart
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the console script imports tests.gym_experts
+
+    proc = _quickstart(*CAR, "+env.gym.kwargs.max_episode_steps=150", f"expert_path={EXPERT}", "episodes=4",
+                       "env.num_envs=2", "videos=0", *QS_BC, *QS_RL, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "deploy: skipped" in proc.stdout and "Spearman(progress, true progress) n/a" in proc.stdout, proc.stdout
+    stages = json.loads((tmp_path / "metrics.json").read_text())["stages"]
+    assert sorted(stages) == sorted(["expert", "demos", "bc", "eval_bc", "rollouts", "reward", "residual", "eval_residual"])
+    assert stages["expert"]["success_rate"] == 1.0 and "human_fraction" in stages["residual"], stages
+    assert (tmp_path / "report.html").is_file()

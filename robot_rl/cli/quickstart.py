@@ -50,6 +50,9 @@ def _check(cfg: DictConfig):
         fail(f"videos={cfg.videos} must be <= env.num_envs={env_cfg.num_envs}")
     number("expert_noise", cfg.expert_noise)
     number("demo_noise", cfg.demo_noise)
+    if env_cfg.backend == "gymnasium" and "deploy" in stages:
+        print("deploy: skipped (the DDS dry run drives one of our robots; a gymnasium env has none)")
+        stages.remove("deploy")
     return env_cfg, stages
 
 
@@ -82,7 +85,7 @@ def main(cfg: DictConfig) -> None:
 
                 def expert(out):
                     try:
-                        pol = ExpertPolicy(env, noise=float(cfg.expert_noise), seed=int(cfg.seed))
+                        pol = ExpertPolicy(env, noise=float(cfg.expert_noise), seed=int(cfg.seed), path=cfg.expert_path)
                     except ValueError as e:  # no expert for this task, or an action space experts cannot drive
                         raise StageFailed(str(e)) from None
                     return summary(evaluate(pol, "expert", out))
@@ -93,7 +96,8 @@ def main(cfg: DictConfig) -> None:
 
                     task = bar.add_task("demos: record", total=int(cfg.demos))
                     with EpisodeStore.open(demos_path, mode="a") as store:
-                        r = collect(env, ExpertPolicy(env, noise=float(cfg.demo_noise), seed=int(cfg.seed)).expert,
+                        r = collect(env, ExpertPolicy(env, noise=float(cfg.demo_noise), seed=int(cfg.seed),
+                                                 path=cfg.expert_path).expert,
                                     store, int(cfg.demos), seed=int(cfg.seed), source="expert",
                                     metadata={"expert_noise": float(cfg.demo_noise)},
                                     progress=lambda n: bar.advance(task, n))

@@ -260,9 +260,9 @@ def make_expert(env: BatchedEnv, noise: float = 0.0, seed: int = 0, path: str | 
     """The scripted expert of env's task (EXPERTS), or with `path` ("module:function") a function of yours,
     `act(obs) -> [N, A]` in the env's action units ([-1, 1] per dimension), wrapped in FunctionExpert."""
     if path:
-        fn = load_object(path, "expert.path")
+        fn = load_object(path, "expert path")
         if not callable(fn):
-            raise ValueError(f"expert.path={path!r} is not a function act(obs) -> actions [N, A]")
+            raise ValueError(f"expert path {path!r} is not a function act(obs) -> actions [N, A]")
         return FunctionExpert(env, fn, noise=noise, seed=seed)
     if env.task_name not in EXPERTS:
         raise ValueError(f"no scripted expert for task {env.task_name!r}; experts exist for {sorted(EXPERTS)} "
@@ -288,7 +288,7 @@ class FunctionExpert:
         a = np.asarray(self.fn(obs), dtype=np.float64)
         n = len(next(iter(obs.values())))
         if a.shape != (n, self.env.action_dim):
-            raise ValueError(f"expert.path {getattr(self.fn, '__name__', self.fn)!r} returned actions of shape "
+            raise ValueError(f"expert {getattr(self.fn, '__name__', self.fn)!r} returned actions of shape "
                              f"{a.shape}; expected {(n, self.env.action_dim)}")
         if self.noise:
             a = a + self.rng.normal(0.0, self.noise, a.shape)
