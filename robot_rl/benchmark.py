@@ -80,6 +80,16 @@ class TaskPlan:
     baselines: list[str] = dataclasses.field(default_factory=lambda: list(BASELINES))  # scratch | sac
     rollouts: int = 100  # base-policy episodes recorded for the reward models (their failures are the negatives)
     reward_args: list[str] = dataclasses.field(default_factory=list)  # more robot-rl-train-reward overrides
+    # env overrides of every stage: a gymnasium env of yours is a task of its own, e.g. tasks.car={env_args:
+    # [env.backend=gymnasium,env.gym.id=MountainCarContinuous-v0,env.gym.success=terminated], expert_path: ...,
+    # baselines: [scratch]} (SB3 SAC runs on our tasks only)
+    env_args: list[str] = dataclasses.field(default_factory=list)
+    expert_path: str | None = None  # module:function of the demos' scripted expert (None: the task's own)
+
+    @property
+    def gymnasium(self) -> bool:
+        """The plan's env is a gymnasium env (env_args set env.backend=gymnasium)."""
+        return "env.backend=gymnasium" in self.env_args
 
     def problems(self, where: str) -> list[str]:
         """What is wrong with this plan, each naming the key as `<where>.<key>`."""
@@ -97,7 +107,11 @@ class TaskPlan:
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown or len(set(self.baselines)) != len(self.baselines):
             out.append(f"{where}.baselines={self.baselines}: each at most once, of {list(BASELINES)}")
-        for k, own in (("bc_args", BC_OWN), ("rl_args", RL_OWN), ("sac_args", SAC_OWN), ("reward_args", REWARD_OWN)):
+        if self.gymnasium and "sac" in self.baselines:
+            out.append(f"{where}.baselines={self.baselines}: SB3 SAC runs on our own tasks only; a gymnasium env's "
+                       "plan takes baselines=[scratch]")
+        for k, own in (("bc_args", BC_OWN), ("rl_args", RL_OWN), ("sac_args", SAC_OWN), ("reward_args", REWARD_OWN),
+                       ("env_args", ENV_OWN)):
             for a in getattr(self, k):
                 key = a.split("=", 1)[0].lstrip("+~")
                 if "=" not in a or not key:
@@ -119,6 +133,8 @@ RL_OWN = {"task": "the task's name", "env.task": "the task's name", "base": "the
           "env.cameras": "cameras", "randomization": "randomization", **_EVAL}
 REWARD_OWN = {"task": "the task's name", "env.task": "the task's name", "data": "the demos stage",
               "rollouts": "the rollouts stage", "seed": "seeds"}
+ENV_OWN = {"env.task": "the task's name", "env.cameras": "cameras", "env.num_envs": "num_envs",
+           "randomization": "randomization"}
 SAC_OWN = {"task": "the task's name", "out": "the sac stage", "env_steps": "env_steps", "seed": "baseline_seeds",
            "time_budget_s": "time_budget_s", "eval_every": "eval_every", "eval_episodes": "eval_episodes",
            "final_eval_episodes": "final_eval_episodes", "eval_seed": "eval_seed", "eval_num_envs": "num_envs"}
@@ -249,7 +265,8 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
     """Every stage of `task` in the order they start: per seed demos, bc, residual, then the baselines."""
     plan = cfg.tasks[task]
     seeds = sorted(set(cfg.seeds) | (set(cfg.baseline_seeds) if plan.baselines else set()))
-    rand = [f"randomization={plan.randomization}"] if plan.randomization != "none" else []
+    envs = [f"randomization={plan.randomization}"] if plan.randomization != "none" else []
+    envs += plan.env_args  # every stage's env: the randomization preset, a gymnasium env's settings
     cams = [f"env.cameras={_list(plan.cameras)}"] if plan.cameras else []
     base_time = plan.time_budget_s if plan.baseline_time_budget_s is None else plan.baseline_time_budget_s
     evals = [f"rl.eval_every={plan.eval_every}", f"rl.eval_episodes={plan.eval_episodes}",
@@ -267,27 +284,28 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
         if need_demos:
             out.append(Stage(task, seed, "demos", [
                 "robot-rl-collect", f"env.task={task}", f"episodes={plan.demos}", f"expert.noise={plan.demo_noise:g}",
-                f"seed={seed}", f"out={store}", *rand, *cams, f"hydra.run.dir={d['demos']}"], d["demos"]))
+                *([f"expert.path={plan.expert_path}"] if plan.expert_path else []),
+                f"seed={seed}", f"out={store}", *envs, *cams, f"hydra.run.dir={d['demos']}"], d["demos"]))
         if seed in cfg.seeds:
             rollouts, reward = d["rollouts"] / "episodes.zarr", d["reward"]
             out.append(Stage(task, seed, "bc", [
                 "robot-rl-train-bc", f"env.task={task}", f"policy={plan.bc_policy}", f"data={store}",
-                f"steps={plan.bc_steps}", f"seed={seed}", "final_eval=false", "videos=0", *rand, *cams, *plan.bc_args,
+                f"steps={plan.bc_steps}", f"seed={seed}", "final_eval=false", "videos=0", *envs, *cams, *plan.bc_args,
                 f"hydra.run.dir={d['bc']}"], d["bc"]))
             out.append(Stage(task, seed, "residual", [
                 "robot-rl-train-residual", f"env.task={task}", f"base={base}", f"demos={store}",
-                *budget(plan.time_budget_s), f"rl.seed={seed}", *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['residual']}"], d["residual"]))
+                *budget(plan.time_budget_s), f"rl.seed={seed}", *envs, *cams, *plan.rl_args, f"hydra.run.dir={d['residual']}"], d["residual"]))
             out.append(Stage(task, seed, "rollouts", [
                 "robot-rl-collect", f"env.task={task}", f"policy={base}", f"episodes={plan.rollouts}",
-                f"seed={100 + seed}", f"out={rollouts}", *rand, *cams, f"hydra.run.dir={d['rollouts']}"],
+                f"seed={100 + seed}", f"out={rollouts}", *envs, *cams, f"hydra.run.dir={d['rollouts']}"],
                 d["rollouts"]))
             out.append(Stage(task, seed, "reward", [
                 "robot-rl-train-reward", f"env.task={task}", f"data={store}", f"rollouts={rollouts}", f"seed={seed}",
-                *plan.reward_args, f"hydra.run.dir={reward}"], reward))
+                *plan.env_args, *plan.reward_args, f"hydra.run.dir={reward}"], reward))
             out.append(Stage(task, seed, "learned", [
                 "robot-rl-train-residual", f"env.task={task}", f"base={base}", f"demos={store}",
                 *budget(plan.time_budget_s), f"rl.seed={seed}", "rl.reward=learned", f"rl.reward_model={reward}",
-                *rand, *cams, *plan.rl_args, f"hydra.run.dir={d['learned']}"], d["learned"]))
+                *envs, *cams, *plan.rl_args, f"hydra.run.dir={d['learned']}"], d["learned"]))
         if seed in cfg.baseline_seeds:  # sac first: it cannot resume, so it gets the first free core
             if "sac" in plan.baselines:
                 out.append(Stage(task, seed, "sac", [
@@ -299,7 +317,7 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
             if "scratch" in plan.baselines:
                 out.append(Stage(task, seed, "scratch", [
                     "robot-rl-train-residual", f"env.task={task}", "mode=scratch", f"demos={store}", *budget(base_time),
-                    f"rl.seed={seed}", *rand, *plan.rl_args, f"hydra.run.dir={d['scratch']}"], d["scratch"]))
+                    f"rl.seed={seed}", *envs, *plan.rl_args, f"hydra.run.dir={d['scratch']}"], d["scratch"]))
     return out
 
 

@@ -127,3 +127,34 @@ def test_the_quickstart_on_a_gymnasium_env(tmp_path, monkeypatch):
     assert sorted(stages) == sorted(["expert", "demos", "bc", "eval_bc", "rollouts", "reward", "residual", "eval_residual"])
     assert stages["expert"]["success_rate"] == 1.0 and "human_fraction" in stages["residual"], stages
     assert (tmp_path / "report.html").is_file()
+
+
+CAR_PLAN = ['+tasks.car.env_args=["env.backend=gymnasium","env.gym.id=MountainCarContinuous-v0",'
+            '"env.gym.success=terminated","+env.gym.kwargs.max_episode_steps=150"]',
+            f"+tasks.car.expert_path={EXPERT}", "+tasks.car.demos=4", "+tasks.car.bc_steps=3",
+            '+tasks.car.bc_args=["policy.dims=[16,32]","policy.step_embed_dim=16","policy.pred_horizon=8",'
+            '"policy.action_horizon=4","policy.inference_steps=2","batch_size=8"]', "only=[car]", "seeds=[0]"]
+
+
+def test_the_benchmark_runs_a_gymnasium_env_as_a_task_of_its_own(tmp_path, monkeypatch):
+    """tasks.<name>.env_args put every stage on the gymnasium env; its demos come from expert_path."""
+    from robot_rl.benchmark import BenchmarkConfig, TaskPlan, task_stages
+
+    plan = TaskPlan(env_args=["env.backend=gymnasium", "env.gym.id=X-v0"], expert_path="m:f", baselines=["scratch"])
+    stages = {s.name: s.argv for s in task_stages(BenchmarkConfig(tasks={"car": plan}, seeds=[0]), "car")}
+    assert set(stages) == {"demos", "bc", "residual", "rollouts", "reward", "learned", "scratch"}
+    assert all("env.gym.id=X-v0" in argv for argv in stages.values()), stages
+    assert "expert.path=m:f" in stages["demos"]
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the stages' console scripts import tests.gym_experts
+    from tests.conftest import run_cli
+
+    proc = run_cli("robot-rl-benchmark", *CAR_PLAN, "+tasks.car.baselines=[scratch]", "stages=[demos,bc]",
+                   f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'tasks'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "car seed 0 demos: done" in proc.stdout and "car seed 0 bc: done" in proc.stdout, proc.stdout
+    demos = json.loads((tmp_path / "runs/car/seed0/demos/metrics.json").read_text())
+    assert demos["task"] == "MountainCarContinuous-v0" and demos["success_rate"] == 1.0, demos
+
+    proc = run_cli("robot-rl-benchmark", *CAR_PLAN, f"runs={tmp_path / 'runs2'}", f"out={tmp_path / 'tasks2'}")
+    assert_one_line_error(proc, "tasks.car.baselines=['scratch', 'sac']", "SB3 SAC runs on our own tasks only")

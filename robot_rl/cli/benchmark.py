@@ -82,9 +82,10 @@ def _check(cfg: DictConfig):
     from robot_rl.common.config import from_mapping
 
     bench = or_fail(from_mapping, BenchmarkConfig, cfg)
-    unknown = [t for t in bench.tasks if t not in sim.TASKS]
+    unknown = [t for t, plan in bench.tasks.items() if t not in sim.TASKS and not plan.gymnasium]
     if unknown:
-        fail(f"tasks.{unknown[0]}: no such task; valid: {', '.join(sorted(sim.TASKS))}")
+        fail(f"tasks.{unknown[0]}: no such task; valid: {', '.join(sorted(sim.TASKS))} (or a gymnasium env of yours: "
+             f"tasks.{unknown[0]}.env_args=[env.backend=gymnasium,env.gym.id=...])")
     if bench.report_only:
         return bench
     for task in bench.task_names():
