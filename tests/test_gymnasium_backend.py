@@ -108,6 +108,13 @@ def test_bad_gymnasium_settings_are_one_line(cli_here, tmp_path, args, needles):
     assert not (tmp_path / "run/metrics.json").exists()
 
 
+def test_the_robustness_card_says_a_gymnasium_env_has_no_factors_to_vary(cli_here, tmp_path):
+    proc = cli_here("robot-rl-eval", *CAR, "sweep=robustness", "policy=expert", f"expert_path={EXPERT}",
+                    f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(proc, "sweep=robustness", "a gymnasium env has none of them to vary")
+    assert not (tmp_path / "run/config.yaml").exists()
+
+
 def test_a_policy_of_another_env_is_refused(cli_here, tiny, tmp_path):
     proc = cli_here("robot-rl-eval", *CAR, f"policy={tiny.policy}", "episodes=1", f"hydra.run.dir={tmp_path}")
     assert_one_line_error(proc, "task: policy 'lift', env 'MountainCarContinuous-v0'")

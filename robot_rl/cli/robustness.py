@@ -79,6 +79,9 @@ def run(cfg: DictConfig) -> None:
 
     _refuse_single_eval_keys()
     env_cfg = env_config(cfg.env)
+    if env_cfg.backend == "gymnasium":
+        fail("sweep=robustness varies our tasks' physics, latency, noise and visuals (env.randomization); a gymnasium "
+             "env has none of them to vary: evaluate it without sweep=")
     seed = whole("seed", cfg.seed, 0)
     sources = policy_sources(cfg.policy)
     sweep_cfg = or_fail(from_mapping, rb.RobustnessConfig, cfg.sweep, "sweep", errors=(ConfigError,))
