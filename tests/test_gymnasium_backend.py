@@ -136,6 +136,16 @@ def test_the_quickstart_on_a_gymnasium_env(tmp_path, monkeypatch):
     assert (tmp_path / "report.html").is_file()
 
 
+def test_the_time_limit_is_the_one_the_env_was_made_with():
+    env = sim.make("x", backend="gymnasium", num_envs=1, gym={"id": "MountainCarContinuous-v0",
+                                                             "kwargs": {"max_episode_steps": 150},
+                                                             "success": "terminated"})
+    try:
+        assert env.episode_steps == 150 and env.control_hz == 30.0  # not the registered 999; the env's render_fps
+    finally:
+        env.close()
+
+
 CAR_PLAN = ['+tasks.car.env_args=["env.backend=gymnasium","env.gym.id=MountainCarContinuous-v0",'
             '"env.gym.success=terminated","+env.gym.kwargs.max_episode_steps=150"]',
             f"+tasks.car.expert_path={EXPERT}", "+tasks.car.demos=4", "+tasks.car.bc_steps=3",

@@ -15,6 +15,7 @@ onto the env's bounds. Success: the info key `env.gym.success` (default is_succe
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Sequence
 
@@ -137,7 +138,7 @@ class GymnasiumEnv:
         self.cameras = tuple(k.split("/", 1)[1] for k in self._images)
         self._obs_dims = {k: int(np.prod(boxes[t].shape)) for k, t in self._vectors.items()}
         self._image_shapes = {k: tuple(int(x) for x in boxes[t].shape) for k, t in self._images.items()}
-        self.episode_steps = int(spec.max_episode_steps or 0)
+        self.episode_steps = int(g.kwargs.get("max_episode_steps") or spec.max_episode_steps or 0)  # 0: no limit
         self.control_hz = float(self._vec.metadata.get("render_fps") or self.cfg.control_hz)
         self._episode = np.zeros(self.num_envs, np.int64)
         self._seed = np.arange(self.num_envs, dtype=np.int64)
@@ -175,8 +176,6 @@ class GymnasiumEnv:
         return np.stack([self._seed, self._episode], axis=1)
 
     def config_dict(self) -> dict:
-        import dataclasses
-
         return dataclasses.asdict(self.cfg)
 
     def _obs(self, raw) -> dict:
