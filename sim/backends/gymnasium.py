@@ -138,7 +138,8 @@ class GymnasiumEnv:
         self.cameras = tuple(k.split("/", 1)[1] for k in self._images)
         self._obs_dims = {k: int(np.prod(boxes[t].shape)) for k, t in self._vectors.items()}
         self._image_shapes = {k: tuple(int(x) for x in boxes[t].shape) for k, t in self._images.items()}
-        self.episode_steps = int(g.kwargs.get("max_episode_steps") or spec.max_episode_steps or 0)  # 0: no limit
+        made = self._vec.get_attr("spec")[0]  # as made (kwargs, an env factory that sets its own limit)
+        self.episode_steps = int(getattr(made, "max_episode_steps", None) or spec.max_episode_steps or 0)  # 0: none
         self.control_hz = float(self._vec.metadata.get("render_fps") or self.cfg.control_hz)
         self._episode = np.zeros(self.num_envs, np.int64)
         self._seed = np.arange(self.num_envs, dtype=np.int64)
