@@ -38,7 +38,8 @@ quickstart: $(VENV)/.installed
 # The layers contract (pyproject.toml [tool.importlinter]) first: a back-edge fails the run before any test.
 # The suite runs on TEST_WORKERS pytest-xdist workers, each test single-threaded (tests/conftest.py): one per core.
 # Then the tests marked mujoco_compat run again on the older MuJoCo the ecosystem's envs pin (Meta-World: 3.3.0,
-# gym-hil: < 3.9): pip puts it in a folder of its own beside the venv's 4.x, first on PYTHONPATH for that lane only.
+# gym-hil: < 3.9): pip puts it in a folder of its own beside the venv's 4.x, first on PYTHONPATH for that lane only,
+# with the external envs that need it (Meta-World, gymnasium-robotics; their other dependencies are the venv's).
 TEST_WORKERS ?= 2
 MUJOCO_COMPAT := 3.3.0
 MUJOCO_COMPAT_DIR := $(VENV)/mujoco-$(MUJOCO_COMPAT)
@@ -48,8 +49,9 @@ test: $(VENV)/.installed $(PANDA_ASSETS) $(MUJOCO_COMPAT_DIR)/.installed
 	PYTHONPATH=$(abspath $(MUJOCO_COMPAT_DIR)) ROBOT_RL_MUJOCO=$(MUJOCO_COMPAT) \
 		$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m mujoco_compat
 
-$(MUJOCO_COMPAT_DIR)/.installed: | $(VENV)/.installed
-	$(VENV)/bin/pip install --no-deps --target $(MUJOCO_COMPAT_DIR) mujoco==$(MUJOCO_COMPAT)
+$(MUJOCO_COMPAT_DIR)/.installed: Makefile | $(VENV)/.installed
+	$(VENV)/bin/pip install --no-deps --upgrade --target $(MUJOCO_COMPAT_DIR) mujoco==$(MUJOCO_COMPAT) metaworld==3.1.1 \
+		gymnasium-robotics==1.4.2 pettingzoo==1.27.0
 	touch $@
 
 bench: $(VENV)/.installed

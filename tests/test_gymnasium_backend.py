@@ -175,3 +175,24 @@ def test_the_benchmark_runs_a_gymnasium_env_as_a_task_of_its_own(tmp_path, monke
 
     proc = run_cli("robot-rl-benchmark", *CAR_PLAN, f"runs={tmp_path / 'runs2'}", f"out={tmp_path / 'tasks2'}")
     assert_one_line_error(proc, "tasks.car.baselines=['scratch', 'sac']", "SB3 SAC runs on our own tasks only")
+
+
+@pytest.mark.mujoco_compat
+@pytest.mark.parametrize("package, gym, expert, episodes", [
+    ("gymnasium_robotics", {"id": "FetchPickAndPlace-v4", "modules": ["gymnasium_robotics"]}, "fetch_pick_and_place",
+     8),
+    ("metaworld", {"id": "Meta-World/MT1", "modules": ["metaworld"], "kwargs": {"env_name": "peg-insert-side-v3"}},
+     "metaworld_peg_insert_side", 2),
+], ids=["fetch", "metaworld"])
+def test_the_external_envs_of_the_study_run_with_their_scripted_experts(package, gym, expert, episodes):
+    """docs/results/gymnasium_envs.md's envs, installed from PyPI beside MuJoCo 3.3.0 (Makefile MUJOCO_COMPAT: this
+    test runs in that lane), through env.backend=gymnasium with bench/gym_experts.py's experts."""
+    pytest.importorskip(package, reason="installed beside MuJoCo 3.3.0 for make test's mujoco_compat lane")
+    from sim.experts import make_expert, run_episodes
+
+    env = sim.make("x", backend="gymnasium", num_envs=2, gym=gym)
+    try:
+        result = run_episodes(env, make_expert(env, path=f"bench.gym_experts:{expert}"), episodes, seed=0)
+    finally:
+        env.close()
+    assert result["success_rate"] == 1.0, result
