@@ -81,8 +81,7 @@ class TaskPlan:
     rollouts: int = 100  # base-policy episodes recorded for the reward models (their failures are the negatives)
     reward_args: list[str] = dataclasses.field(default_factory=list)  # more robot-rl-train-reward overrides
     # env overrides of every stage: a gymnasium env of yours is a task of its own, e.g. tasks.car={env_args:
-    # [env.backend=gymnasium,env.gym.id=MountainCarContinuous-v0,env.gym.success=terminated], expert_path: ...,
-    # baselines: [scratch]} (SB3 SAC runs on our tasks only)
+    # [env.backend=gymnasium,env.gym.id=MountainCarContinuous-v0,env.gym.success=terminated], expert_path: ...}
     env_args: list[str] = dataclasses.field(default_factory=list)
     expert_path: str | None = None  # module:function of the demos' scripted expert (None: the task's own)
 
@@ -107,9 +106,6 @@ class TaskPlan:
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown or len(set(self.baselines)) != len(self.baselines):
             out.append(f"{where}.baselines={self.baselines}: each at most once, of {list(BASELINES)}")
-        if self.gymnasium and "sac" in self.baselines:
-            out.append(f"{where}.baselines={self.baselines}: SB3 SAC runs on our own tasks only; a gymnasium env's "
-                       "plan takes baselines=[scratch]")
         for k, own in (("bc_args", BC_OWN), ("rl_args", RL_OWN), ("sac_args", SAC_OWN), ("reward_args", REWARD_OWN),
                        ("env_args", ENV_OWN)):
             for a in getattr(self, k):
@@ -312,7 +308,8 @@ def task_stages(cfg: BenchmarkConfig, task: str) -> list[Stage]:
                     "python", "-m", SAC_MODULE, f"task={task}", f"env_steps={plan.env_steps}",
                     f"time_budget_s={base_time:g}", f"eval_every={plan.eval_every}",
                     f"eval_episodes={plan.eval_episodes}", f"final_eval_episodes={plan.final_eval_episodes}",
-                    f"eval_seed={cfg.eval_seed}", f"eval_num_envs={plan.num_envs}", f"seed={seed}", *plan.sac_args,
+                    f"eval_seed={cfg.eval_seed}", f"eval_num_envs={plan.num_envs}", f"seed={seed}",
+                    *(a.lstrip("+") for a in plan.env_args), *plan.sac_args,
                     f"out={d['sac']}"], d["sac"]))
             if "scratch" in plan.baselines:
                 out.append(Stage(task, seed, "scratch", [

@@ -78,7 +78,7 @@ class _Rendering:
             from sim.render import check_cameras
 
             check_cameras(self.env.model, [camera])  # a wrong name fails now, not at the first frame
-        self.metadata = {**metadata, "render_modes": list(RENDER_MODES), "render_fps": float(self.env.cfg.control_hz)}
+        self.metadata = {**metadata, "render_modes": list(RENDER_MODES), "render_fps": float(self.env.control_hz)}
 
     def _frames(self, env_ids) -> np.ndarray:
         return self.env.render(env_ids, self.render_camera, self.render_width, self.render_height)

@@ -157,11 +157,12 @@ def test_the_benchmark_runs_a_gymnasium_env_as_a_task_of_its_own(tmp_path, monke
     """tasks.<name>.env_args put every stage on the gymnasium env; its demos come from expert_path."""
     from robot_rl.benchmark import BenchmarkConfig, TaskPlan, task_stages
 
-    plan = TaskPlan(env_args=["env.backend=gymnasium", "env.gym.id=X-v0"], expert_path="m:f", baselines=["scratch"])
+    plan = TaskPlan(env_args=["env.backend=gymnasium", "env.gym.id=X-v0", "+env.gym.kwargs.a=1"], expert_path="m:f")
     stages = {s.name: s.argv for s in task_stages(BenchmarkConfig(tasks={"car": plan}, seeds=[0]), "car")}
-    assert set(stages) == {"demos", "bc", "residual", "rollouts", "reward", "learned", "scratch"}
+    assert set(stages) == {"demos", "bc", "residual", "rollouts", "reward", "learned", "scratch", "sac"}
     assert all("env.gym.id=X-v0" in argv for argv in stages.values()), stages
-    assert "expert.path=m:f" in stages["demos"]
+    assert "expert.path=m:f" in stages["demos"] and "+env.gym.kwargs.a=1" in stages["bc"]
+    assert "env.gym.kwargs.a=1" in stages["sac"]  # SB3 SAC's key=value arguments: no Hydra '+'
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the stages' console scripts import tests.gym_experts
     from tests.conftest import run_cli
@@ -173,8 +174,19 @@ def test_the_benchmark_runs_a_gymnasium_env_as_a_task_of_its_own(tmp_path, monke
     demos = json.loads((tmp_path / "runs/car/seed0/demos/metrics.json").read_text())
     assert demos["task"] == "MountainCarContinuous-v0" and demos["success_rate"] == 1.0, demos
 
-    proc = run_cli("robot-rl-benchmark", *CAR_PLAN, f"runs={tmp_path / 'runs2'}", f"out={tmp_path / 'tasks2'}")
-    assert_one_line_error(proc, "tasks.car.baselines=['scratch', 'sac']", "SB3 SAC runs on our own tasks only")
+
+def test_the_sb3_sac_baseline_trains_on_a_gymnasium_env(tmp_path, capsys):
+    pytest.importorskip("stable_baselines3")
+    from robot_rl.rl.sb3_baseline import main
+
+    main(["task=car", "env.backend=gymnasium", "env.gym.id=MountainCarContinuous-v0", "env.gym.success=terminated",
+          "env.gym.kwargs.max_episode_steps=50", "env_steps=60", "learning_starts=20", "batch_size=16",
+          "net_arch=[16]", "eval_every=30", "eval_episodes=2", "final_eval_episodes=2", "eval_num_envs=2",
+          f"out={tmp_path / 'sac'}"])
+    m = json.loads((tmp_path / "sac/metrics.json").read_text())
+    assert m["task"] == "MountainCarContinuous-v0" and m["env_steps"] == 60 and m["mode"] == "sac", m
+    assert m["control_hz"] == 30.0 and (m["eval"]["episodes"], m["eval"]["num_envs"]) == (2, 2)
+    assert "MountainCarContinuous-v0 (SB3 SAC)" in capsys.readouterr().out
 
 
 @pytest.mark.mujoco_compat

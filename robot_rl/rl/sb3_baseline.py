@@ -188,7 +188,7 @@ def train(cfg: SB3BaselineConfig, log, bar=None) -> dict:
     if bar_task is not None:
         bar.update(bar_task, completed=budget or cfg.env_steps)
     return {"final_eval": final, "env_steps": steps, "updates": int(model._n_updates), "episodes": state["episodes"],
-            "train_time_s": train_time, "eval_time_s": clock.paused_s, "control_hz": float(base.cfg.control_hz)}
+            "train_time_s": train_time, "eval_time_s": clock.paused_s, "control_hz": float(base.control_hz)}
 
 
 def _SuccessReward(env):
@@ -203,17 +203,17 @@ def _SuccessReward(env):
     return SuccessReward(env)
 
 
-def write_results(out: Path, log, result: dict, cfg: SB3BaselineConfig, wall_time_s: float) -> None:
+def write_results(out: Path, log, result: dict, cfg: SB3BaselineConfig, task_name: str, wall_time_s: float) -> None:
     """metrics.json through the residual runs' writer (robot_rl.rl.train.write_results), and curves.png."""
     import stable_baselines3
 
     from robot_rl.rl.train import write_results as write_run_results
 
     write_run_results(out, log, result, {
-        "mode": "sac", "algorithm": f"stable-baselines3 {stable_baselines3.__version__} SAC", "task": cfg.task,
+        "mode": "sac", "algorithm": f"stable-baselines3 {stable_baselines3.__version__} SAC", "task": task_name,
         "reward": cfg.reward, "wall_time_s": wall_time_s, "config": dataclasses.asdict(cfg)})
     log.plot(out / "curves.png", ["eval/success_rate", "rollout/success_rate", "train/critic_loss",
-                                  "perf/env_steps_per_s"], title=f"SB3 SAC {cfg.task}")
+                                  "perf/env_steps_per_s"], title=f"SB3 SAC {task_name}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -231,10 +231,10 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"out={out} already exists and is not an empty directory; give a new out=PATH (runs are not resumed)")
     import sim
 
-    if cfg.task not in sim.TASKS:
-        fail(f"task={cfg.task!r}; valid: {', '.join(sorted(sim.TASKS))}")
+    if cfg.task not in sim.TASKS and cfg.env.get("backend") != "gymnasium":  # a gymnasium env: its env.gym.id
+        fail(f"task={cfg.task!r}; valid: {', '.join(sorted(sim.TASKS))} (or env.backend=gymnasium env.gym.id=...)")
     try:
-        sim.env_config(dict(task=cfg.task, **cfg.env))
+        task_name = sim.env_config(dict(task=cfg.task, **cfg.env)).task_name  # the task, or the gymnasium env's id
     except (sim.ConfigError, TypeError, ValueError) as e:
         fail(f"env: {e}")
 
@@ -251,11 +251,11 @@ def main(argv: list[str] | None = None) -> None:
         log = RunLog(out)
         with progress_bar() as bar:
             result = train(cfg, log, bar)
-        write_results(out, log, result, cfg, time.perf_counter() - t0)
+        write_results(out, log, result, cfg, task_name, time.perf_counter() - t0)
         log.close()
     final = result["final_eval"]
     lo, hi = final["success_ci95"]
-    print(f"{cfg.task} (SB3 SAC): {result['env_steps']} env steps, {result['updates']} updates, "
+    print(f"{task_name} (SB3 SAC): {result['env_steps']} env steps, {result['updates']} updates, "
           f"{result['train_time_s']:.0f} s of training; success {final['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) "
           f"over {final['episodes']} episodes")
     print(f"run dir: {out}")
