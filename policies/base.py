@@ -95,6 +95,13 @@ class PolicySpec:
     def from_dict(cls, d: dict) -> "PolicySpec":
         return cls(**d)
 
+    @classmethod
+    def of_env(cls, env, **fields) -> "PolicySpec":
+        """The spec of a policy that acts in `env` (its task, vector observations, actions and rate, read through the
+        env interface, sim/interface.py), one observation and one action per call; `fields` override any of them."""
+        return cls(**{"task": env.task_name, "obs_dims": dict(env.obs_dims), "action_dim": env.action_dim,
+                      "action_space": env.action_space.kind, "control_hz": env.control_hz, **fields})
+
     def check_env(self, env) -> None:
         """Raise SpecMismatch naming every difference between this spec and a BatchedEnv."""
         problems = []

@@ -14,10 +14,7 @@ class ExpertPolicy(BasePolicy):
         from sim.experts import make_expert
 
         self.expert = make_expert(env, noise=noise, seed=seed, path=path)
-        self.spec = PolicySpec(
-            task=env.task_name, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
-            action_space=env.action_space.kind, obs_horizon=1, action_horizon=1, control_hz=env.control_hz,
-        )
+        self.spec = PolicySpec.of_env(env)
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
         """A new episode for env_ids: the expert forgets their estimates (sim/experts/__init__.py Expert.reset)."""

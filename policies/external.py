@@ -119,10 +119,9 @@ class LeRobotPolicy(BasePolicy):
         mapping = LeRobotMapping(str(Path(path).resolve()), tuple(state_keys), dict(cameras), bool(instruction),
                                  action_horizon, device)
         shapes = env_image_shapes(env)
-        spec = PolicySpec(
-            task=env.task_name, obs_dims={k: int(env.obs_dims[k]) for k in mapping.state_keys},
-            action_dim=env.action_dim, action_space=env.action_space.kind, obs_horizon=1,
-            action_horizon=resolve_action_horizon(model.config, action_horizon), control_hz=env.control_hz,
+        spec = PolicySpec.of_env(
+            env, obs_dims={k: int(env.obs_dims[k]) for k in mapping.state_keys},
+            action_horizon=resolve_action_horizon(model.config, action_horizon),
             image_shapes={image_key(c): list(shapes.get(image_key(c), ())) for c in mapping.cameras},
             instruction=mapping.instruction,
         )

@@ -165,9 +165,7 @@ class ResidualPolicy(BasePolicy):
         if base is not None:
             spec = dataclasses.replace(base.spec, action_horizon=1, obs_dims=dict(base.spec.obs_dims))
         elif env is not None:
-            spec = PolicySpec(task=env.task_name, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
-                              action_space=env.action_space.kind, obs_horizon=1, action_horizon=1,
-                              control_hz=env.control_hz)
+            spec = PolicySpec.of_env(env)
         else:
             raise ValueError("a residual policy without a base needs the env to take its spec from")
         feature_dim = base_feature_dim(base, cfg)

@@ -17,10 +17,7 @@ from policies.base import BasePolicy, PolicySpec
 class SB3Policy(BasePolicy):
     def __init__(self, model, env):
         self.model = model
-        self.spec = PolicySpec(
-            task=env.task_name, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
-            action_space=env.action_space.kind, obs_horizon=1, action_horizon=1, control_hz=env.control_hz,
-        )
+        self.spec = PolicySpec.of_env(env)
 
     def act(self, obs_history: dict[str, np.ndarray]) -> np.ndarray:
         obs = {k: obs_history[k][:, -1] for k in self.spec.obs_dims}  # the keys the model was trained on

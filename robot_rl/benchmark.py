@@ -121,15 +121,16 @@ class TaskPlan:
 # keys of each stage's command the benchmark sets itself, and the setting that sets them
 _EVAL = {"rl.eval_every": "eval_every", "rl.eval_episodes": "eval_episodes",
          "rl.final_eval_episodes": "final_eval_episodes", "rl.eval_seed": "eval_seed"}
-BC_OWN = {"task": "the task's name", "env.task": "the task's name", "policy": "bc_policy", "data": "the demos stage",
+_TASK_OWN = {"task": "the task's name", "env.task": "the task's name"}
+BC_OWN = {**_TASK_OWN, "policy": "bc_policy", "data": "the demos stage",
           "steps": "bc_steps", "seed": "seeds", "env.cameras": "cameras", "randomization": "randomization"}
-RL_OWN = {"task": "the task's name", "env.task": "the task's name", "base": "the bc stage", "demos": "the demos stage",
+RL_OWN = {**_TASK_OWN, "base": "the bc stage", "demos": "the demos stage",
           "mode": "the stage", "env.num_envs": "num_envs", "eval_num_envs": "num_envs",
           "rl.env_steps": "env_steps", "rl.time_budget_s": "time_budget_s", "rl.seed": "seeds",
           "env.cameras": "cameras", "randomization": "randomization", **_EVAL}
-REWARD_OWN = {"task": "the task's name", "env.task": "the task's name", "data": "the demos stage",
+REWARD_OWN = {**_TASK_OWN, "data": "the demos stage",
               "rollouts": "the rollouts stage", "seed": "seeds"}
-ENV_OWN = {"env.task": "the task's name", "env.cameras": "cameras", "env.num_envs": "num_envs",
+ENV_OWN = {**_TASK_OWN, "env.cameras": "cameras", "env.num_envs": "num_envs",
            "randomization": "randomization"}
 SAC_OWN = {"task": "the task's name", "out": "the sac stage", "env_steps": "env_steps", "seed": "baseline_seeds",
            "time_budget_s": "time_budget_s", "eval_every": "eval_every", "eval_episodes": "eval_episodes",

@@ -16,6 +16,20 @@ from sim.config import EnvConfig
 from sim.task import Phys, Task
 
 
+def checked_actions(action, num_envs: int, action_dim: int, what: str) -> np.ndarray:
+    """`action` as float32 [num_envs, action_dim], or ValueError naming the shape or the envs with NaN / inf (`what`:
+    the env's action space and task, for the message)."""
+    a = np.asarray(action, dtype=np.float32)
+    expected = (num_envs, action_dim)
+    if a.shape != expected:
+        raise ValueError(f"action has shape {a.shape}, expected {expected} (num_envs, action_dim) for {what}")
+    bad = ~np.isfinite(a)
+    if bad.any():
+        envs = sorted(set(np.nonzero(bad)[0].tolist()))
+        raise ValueError(f"action contains NaN or inf for env(s) {envs[:10]}; actions must be finite")
+    return a
+
+
 class ActionSpace:
     def __init__(self, cfg: EnvConfig, task: Task):
         self.kind = cfg.action_space

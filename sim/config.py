@@ -143,6 +143,10 @@ class EnvConfig:
             self.gym = GymConfig(**self.gym)
         if isinstance(self.randomization, dict):
             self.randomization = RandomizationConfig(**self.randomization)
+        if int(self.num_envs) != self.num_envs or self.num_envs < 1:
+            raise ConfigError(f"num_envs={self.num_envs} must be a whole number >= 1")
+        if not (self.control_hz > 0 and self.physics_dt > 0):
+            raise ConfigError("control_hz and physics_dt must be > 0")
         if self.backend == "gymnasium":
             self._validate_gym()
             return
@@ -156,10 +160,6 @@ class EnvConfig:
             raise ConfigError(
                 f"unknown action_space {self.action_space!r}; valid action spaces: {', '.join(ACTION_SPACES)}"
             )
-        if int(self.num_envs) != self.num_envs or self.num_envs < 1:
-            raise ConfigError(f"num_envs={self.num_envs} must be a whole number >= 1")
-        if not (self.control_hz > 0 and self.physics_dt > 0):
-            raise ConfigError("control_hz and physics_dt must be > 0")
         n = 1.0 / (self.control_hz * self.physics_dt)
         if n < 1 - 1e-6 or abs(n - round(n)) > 1e-6:
             raise ConfigError(
@@ -189,10 +189,7 @@ class EnvConfig:
         self.image_size = size
         if self.image_quality not in IMAGE_QUALITIES:
             raise ConfigError(f"unknown image_quality {self.image_quality!r}; valid: {', '.join(IMAGE_QUALITIES)}")
-        if isinstance(self.randomization, dict):
-            self.randomization = RandomizationConfig(**self.randomization)
         self.randomization.validate()
-
 
     def _validate_gym(self) -> None:
         g = self.gym
@@ -201,10 +198,6 @@ class EnvConfig:
                               "env.gym.id=MountainCarContinuous-v0)")
         if g.vectorization not in ("sync", "async"):
             raise ConfigError(f"env.gym.vectorization={g.vectorization!r}; valid: sync, async")
-        if int(self.num_envs) != self.num_envs or self.num_envs < 1:
-            raise ConfigError(f"num_envs={self.num_envs} must be a whole number >= 1")
-        if not self.control_hz > 0:
-            raise ConfigError("control_hz must be > 0")
         if self.action_history or self.cameras or self.randomization.overrides():
             raise ConfigError("env.action_history, env.cameras and env.randomization are settings of our own tasks; "
                               "a gymnasium env brings its own (map its image keys with env.gym.obs)")

@@ -143,18 +143,10 @@ class BatchedEnv:
         return obs, reward, done, info
 
     def check_action(self, action) -> np.ndarray:
-        a = np.asarray(action, dtype=np.float32)
-        expected = (self.num_envs, self.action_dim)
-        if a.shape != expected:
-            raise ValueError(
-                f"action has shape {a.shape}, expected {expected} (num_envs, action_dim) for "
-                f"action_space={self.cfg.action_space!r} on task {self.task.name!r}"
-            )
-        bad = ~np.isfinite(a)
-        if bad.any():
-            envs = sorted(set(np.nonzero(bad)[0].tolist()))
-            raise ValueError(f"action contains NaN or inf for env(s) {envs[:10]}; actions must be finite")
-        return a
+        from sim.actions import checked_actions
+
+        return checked_actions(action, self.num_envs, self.action_dim,
+                               f"action_space={self.cfg.action_space!r} on task {self.task.name!r}")
 
     # ---- the env interface's reads of the config (sim/interface.py: nothing above sim reads env.cfg) ----------------
     @property

@@ -21,7 +21,7 @@ registry's kind.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from importlib import metadata
+from importlib import import_module, metadata
 from typing import Any
 
 from robot_rl.common.config import ConfigError
@@ -33,14 +33,14 @@ class RegistryError(ConfigError):
 
 class Registry(Mapping):
     """name -> object of one kind (`kind`: "task", "expert", "robot"), from built-ins, the entry-point `group` of the
-    installed packages and `register` calls. `check(name, obj)` returns an error message for an object of the wrong
-    kind (None when it is fine)."""
+    installed packages and `register` calls. `check(obj)` returns an error message for an object of the wrong kind
+    (None when it is fine); `named`: the object's own `name` attribute must be the name it is registered under."""
 
     def __init__(self, kind: str, group: str, builtins: Callable[[], dict[str, Any]],
-                 check: Callable[[str, Any], str | None] | None = None):
+                 check: Callable[[Any], str | None], named: bool = False):
         self.kind, self.group = kind, group
         self._builtins = builtins  # called on first use: built-in modules import lazily
-        self._check = check
+        self._check, self._named = check, named
         self._entries: dict[str, Any] | None = None  # name -> object, or an EntryPoint not loaded yet
         self._origin: dict[str, str] = {}  # name -> where it came from, for clash messages
 
@@ -86,7 +86,9 @@ class Registry(Mapping):
         return obj
 
     def _validate(self, name: str, obj: Any, origin: str) -> None:
-        problem = self._check(name, obj) if self._check else None
+        problem = self._check(obj)
+        if problem is None and self._named and getattr(obj, "name", None) != name:
+            problem = f"its name attribute is {getattr(obj, 'name', None)!r}; it must be the registered name {name!r}"
         if problem:
             raise RegistryError(f"{self.kind} {name!r} from {origin}: {problem}")
 
@@ -105,11 +107,8 @@ class Registry(Mapping):
         return self._origin[name]
 
 
-
 def load_object(path: str, what: str) -> Any:
     """The object at "module:attr" (attr may be dotted); RegistryError names `what` and the path when it is not there."""
-    from importlib import import_module
-
     module, sep, attr = str(path).partition(":")
     if not sep or not module or not attr:
         raise RegistryError(f"{what} {path!r}: give it as 'module:name' (e.g. my_pkg.experts:act)")

@@ -200,17 +200,13 @@ def _builtin_robots() -> dict[str, Robot]:
     }
 
 
-def _check_robot(name: str, obj) -> str | None:
-    if not isinstance(obj, Robot):
-        return f"{obj!r} is not a sim.robot.Robot"
-    if obj.name != name:
-        return f"the Robot's name is {obj.name!r}; it must be the registered name {name!r}"
-    return None
+def _check_robot(obj) -> str | None:
+    return None if isinstance(obj, Robot) else f"{obj!r} is not a sim.robot.Robot"
 
 
 # name -> Robot, the built-ins and those of installed packages (entry-point group "robot_rl.robots" naming a Robot
 # object; sim/registry.py)
-ROBOTS = Registry("robot", "robot_rl.robots", _builtin_robots, _check_robot)
+ROBOTS = Registry("robot", "robot_rl.robots", _builtin_robots, _check_robot, named=True)
 
 
 def get_robot(name: str) -> Robot:

@@ -340,7 +340,7 @@ def test_train_bc_names_a_camera_the_store_lacks(env, store_path, capsys):
         open_store(str(store_path), env.cfg, dict(env.obs_dims), cameras=("front", "side"))
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1
-    for needle in ("lacks obs/images/side", "cameras ['front', 'wrist']", "robot-rl-collect task=lift",
+    for needle in ("lacks obs/images/side", "cameras ['front', 'wrist']", "robot-rl-collect env.task=lift",
                    "env.cameras=[front,side]"):
         assert needle in err, (needle, err)
     open_store(str(store_path), env.cfg, dict(env.obs_dims), cameras=CAMERAS, instruction=True).close()

@@ -98,7 +98,7 @@ def open_store(path: str, env_cfg, obs_dims: dict, cameras=(), instruction: bool
     if lacking:
         have = sorted(k[len("obs/images/"):] for k in store.keys if k.startswith("obs/images/"))
         fail(f"episode store {path} lacks {', '.join(lacking)} (it has cameras {have}); the policy reads cameras "
-             f"{list(cameras)}: record them with robot-rl-collect task={env_cfg.task_name} out=PATH "
+             f"{list(cameras)}: record them with robot-rl-collect env.task={env_cfg.task_name} out=PATH "
              f"env.cameras=[{','.join(cameras)}], or set policy.cameras=[...] to the store's cameras")
     for k in want:
         spec = store.keys[k]

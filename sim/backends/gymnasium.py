@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.actions import checked_actions
 from sim.config import ConfigError, EnvConfig
 
 SUCCESS_KEYS = ("is_success", "success")  # info keys read when env.gym.success is ""
@@ -101,7 +102,7 @@ class GymnasiumEnv:
             hint = f" (imported first: {', '.join(g.modules)})" if g.modules else ""
             raise ConfigError(f"env.gym.id={g.id!r}: gymnasium knows no such id{hint}; install the package that "
                               "registers it and name its module in env.gym.modules=[...]") from None
-        self.task_name, self.num_envs = g.id, int(cfg.num_envs)
+        self.task_name, self.num_envs = cfg.task_name, int(cfg.num_envs)
         self._vec = gymnasium.make_vec(
             g.id, num_envs=self.num_envs, vectorization_mode=g.vectorization,
             vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP},
@@ -167,7 +168,7 @@ class GymnasiumEnv:
 
     @property
     def instruction(self) -> list[str]:
-        return [self.cfg.gym.instruction or self.task_name] * self.num_envs
+        return self.instructions() * self.num_envs
 
     def instructions(self) -> list[str]:
         return [self.cfg.gym.instruction or self.task_name]
@@ -179,8 +180,10 @@ class GymnasiumEnv:
     def config_dict(self) -> dict:
         return dataclasses.asdict(self.cfg)
 
-    def _obs(self, raw) -> dict:
-        out = {k: np.asarray(_get(raw, t), np.float32).reshape(self.num_envs, -1) for k, t in self._vectors.items()}
+    def _obs(self, raw, batch: tuple[int, ...] | None = None) -> dict:
+        """Our observation dict of the env's `raw` observation: the batch's ([N, ...]), or with batch=() one env's."""
+        lead = (self.num_envs,) if batch is None else batch
+        out = {k: np.asarray(_get(raw, t), np.float32).reshape(*lead, -1) for k, t in self._vectors.items()}
         out.update({k: np.asarray(_get(raw, t), np.uint8) for k, t in self._images.items()})
         return out
 
@@ -196,17 +199,8 @@ class GymnasiumEnv:
         self._ret, self._len = np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, np.int64)
         return self._obs(raw)
 
-    def check_action(self, action) -> np.ndarray:
-        a = np.asarray(action, dtype=np.float32)
-        if a.shape != (self.num_envs, self.action_dim):
-            raise ValueError(f"action has shape {a.shape}, expected {(self.num_envs, self.action_dim)} "
-                             f"(num_envs, action_dim) for {self.task_name}")
-        if not np.isfinite(a).all():
-            raise ValueError("action contains NaN or inf; actions must be finite")
-        return a
-
     def step(self, action):
-        a = self.check_action(action)
+        a = checked_actions(action, self.num_envs, self.action_dim, self.task_name)
         raw, reward, terminated, truncated, info = self._vec.step(self.action_space.to_env(a))
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         done = terminated | truncated
@@ -216,23 +210,17 @@ class GymnasiumEnv:
         self._len += 1
         ret, length = self._ret.copy(), self._len.copy()
         self._ret[done], self._len[done] = 0.0, 0
-        obs = self._obs(raw)
-        final = {k: v.copy() for k, v in obs.items()}
+        obs = final = self._obs(raw)  # one dict while no episode ends, as on the MuJoCo C backend
         if done.any():
+            final = {k: v.copy() for k, v in obs.items()}
             for i in np.nonzero(done)[0]:
-                last = self._obs_one(info["final_obs"][i])
-                for k in final:
-                    final[k][i] = last[k]
+                for k, v in self._obs(info["final_obs"][i], batch=()).items():
+                    final[k][i] = v
             self._episode[done] += 1
         out = {"success": success, "terminated": terminated, "truncated": truncated, "final_obs": final,
                "episode_return": ret, "episode_length": length,
                "progress": np.full(self.num_envs, np.nan, np.float32), "intervention": np.zeros(self.num_envs, bool)}
         return obs, reward, done, out
-
-    def _obs_one(self, raw) -> dict:
-        out = {k: np.asarray(_get(raw, t), np.float32).reshape(-1) for k, t in self._vectors.items()}
-        out.update({k: np.asarray(_get(raw, t), np.uint8) for k, t in self._images.items()})
-        return out
 
     def _success(self, info: dict, terminated, truncated, done) -> np.ndarray:
         if self.cfg.gym.success == "terminated":

@@ -244,10 +244,10 @@ def _builtins() -> dict:
     return {"color_lift": ColorLiftExpert, "lift": LiftExpert, "peg_insert": PegInsertExpert, "push": PushExpert}
 
 
-def _check(name: str, obj) -> str | None:
-    if not callable(obj):
-        return f"{obj!r} is not a class or factory of experts: it is called as expert(env, noise=, seed=)"
-    return None
+def _check(obj) -> str | None:
+    if callable(obj):
+        return None
+    return f"{obj!r} is not a class or factory of experts: it is called as expert(env, noise=, seed=)"
 
 
 # task name -> its scripted expert (an Expert subclass, or any callable(env, noise=, seed=) whose result has

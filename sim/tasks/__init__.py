@@ -14,13 +14,9 @@ def _builtins() -> dict:
     return {t.name: t for t in (ColorLiftTask, LiftTask, PegInsertTask, PushTask)}
 
 
-def _check(name: str, obj) -> str | None:
-    if not (isinstance(obj, type) and issubclass(obj, Task)):
-        return f"{obj!r} is not a subclass of sim.task.Task"
-    if obj.name != name:
-        return f"the class's name attribute is {obj.name!r}; it must be the registered name {name!r}"
-    return None
+def _check(obj) -> str | None:
+    return None if isinstance(obj, type) and issubclass(obj, Task) else f"{obj!r} is not a subclass of sim.task.Task"
 
 
-TASKS = Registry("task", "robot_rl.tasks", _builtins, _check)
+TASKS = Registry("task", "robot_rl.tasks", _builtins, _check, named=True)
 register_task = TASKS.register
