@@ -30,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(PANDA_ASSETS): | $(VENV)/.installed
-	$(VENV)/bin/python -m sim.menagerie
+	$(VENV)/bin/python -m robot_rl.sim.menagerie
 
 quickstart: $(VENV)/.installed
 	$(VENV)/bin/robot-rl-quickstart

@@ -31,11 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def untrained_diffusion(tmp: Path) -> Path:
     """A diffusion checkpoint with the default config and real normalization stats, untrained."""
-    import sim
-    from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
+    from robot_rl import sim
+    from robot_rl.policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
     from robot_rl.data.collect import collect
     from robot_rl.data.episode_store import EpisodeStore
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     env = sim.make("lift", num_envs=4)
     with EpisodeStore.open(tmp / "expert.zarr", mode="a") as store:
@@ -52,13 +52,13 @@ def run_pair(tmp: Path, name: str, policy: str, seconds: float, domain: int, ext
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
     common = [f"deploy.domain_id={domain}"]
     driver = subprocess.Popen(
-        [sys.executable, "-m", "real.cli.sim_driver", "episodes=100000", "wait_for_node_s=300",
+        [sys.executable, "-m", "robot_rl.real.cli.sim_driver", "episodes=100000", "wait_for_node_s=300",
          f"hydra.run.dir={tmp / (name + '_driver')}", *common],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
         node = subprocess.run(
-            [sys.executable, "-m", "real.cli.deploy", f"policy={policy}", f"duration_s={seconds}",
+            [sys.executable, "-m", "robot_rl.real.cli.deploy", f"policy={policy}", f"duration_s={seconds}",
              f"hydra.run.dir={tmp / (name + '_node')}", *common, *extra],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds + 600,
         )

@@ -63,14 +63,14 @@ class Rigs:
 def estop_pulses(tmp: Path, n: int, baseline_n: int) -> dict:
     import numpy as np
 
-    import real.node_io
-    from real.qos import ESTOP_READER, LATEST
+    from robot_rl.real import node_io
+    from robot_rl.real.qos import ESTOP_READER, LATEST
     from tests.test_real_node import running
     from tests.test_real_node_safety import estop_pulses as pulses
 
     out = {}
     for name, count, qos in (("baseline", baseline_n, LATEST), ("node", n, ESTOP_READER)):
-        real.node_io.ESTOP_READER = qos
+        node_io.ESTOP_READER = qos
         rigs = Rigs(tmp)
         try:
             rig = rigs()
@@ -80,15 +80,15 @@ def estop_pulses(tmp: Path, n: int, baseline_n: int) -> dict:
             out[name] = {"pulses": count, "latched": latched, "seconds": round(time.monotonic() - t0, 1)}
         finally:
             rigs.close()
-            real.node_io.ESTOP_READER = ESTOP_READER
+            node_io.ESTOP_READER = ESTOP_READER
     return out
 
 
 def press_before_start(tmp: Path, trials: int) -> list[dict]:
     """robot-rl-sim-driver and robot-rl-deploy as processes; the bench holds the pressed e-stop and watches commands."""
-    from real import messages as M
-    from real.qos import ESTOP, QosProfile
-    from real.transport_dds import DdsTransport
+    from robot_rl.real import messages as M
+    from robot_rl.real.qos import ESTOP, QosProfile
+    from robot_rl.real.transport_dds import DdsTransport
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     rows = []
@@ -103,11 +103,11 @@ def press_before_start(tmp: Path, trials: int) -> list[dict]:
         estop.publish(M.Bool(data=True))  # pressed before anything starts; the publisher stays up
         cmds = op.subscribe(f"{ns}/position_commands", M.Float64MultiArray, QosProfile(reliable=True, depth=100_000))
         run = tmp / f"pbs{k}"
-        driver = subprocess.Popen([sys.executable, "-m", "real.cli.sim_driver", "episodes=1000", "wait_for_node_s=300",
+        driver = subprocess.Popen([sys.executable, "-m", "robot_rl.real.cli.sim_driver", "episodes=1000", "wait_for_node_s=300",
                                    f"hydra.run.dir={run / 'driver'}", *common], cwd=ROOT, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
-            node = subprocess.run([sys.executable, "-m", "real.cli.deploy", "policy=expert", "duration_s=3",
+            node = subprocess.run([sys.executable, "-m", "robot_rl.real.cli.deploy", "policy=expert", "duration_s=3",
                                    f"hydra.run.dir={run / 'node'}", *common], cwd=ROOT, env=env, capture_output=True,
                                   text=True, timeout=300)
         finally:
@@ -129,7 +129,7 @@ def fuzz(tmp: Path, n: int) -> dict:
 
     import numpy as np
 
-    from real import messages as M
+    from robot_rl.real import messages as M
     from tests.test_real_node import running
     from tests.test_real_node_safety import fuzz as fuzz_topics
     from tests.test_real_node_safety import wait_until
@@ -161,7 +161,7 @@ def fuzz(tmp: Path, n: int) -> dict:
 
 
 def limits(tmp: Path, commands: int, baseline_commands: int) -> dict:
-    from real.safety import SafetyFilter
+    from robot_rl.real.safety import SafetyFilter
     from tests.test_real_node_safety import RandomPolicy, observe_random_policy
 
     def per_message(self, candidate, measured, now, _filter=SafetyFilter.filter):

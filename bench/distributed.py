@@ -39,9 +39,9 @@ def make_base(path: Path, kind: str) -> str | None:
     """A default-size diffusion BasePolicy checkpoint for lift (untrained), or None for no base."""
     if kind == "none":
         return None
-    import sim
+    from robot_rl import sim
     import torch
-    from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
+    from robot_rl.policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
     from robot_rl.data.stats import KeyStats
 
     env = sim.make("lift", num_envs=1)
@@ -58,7 +58,7 @@ def make_base(path: Path, kind: str) -> str | None:
 
 def phase(actors: int, env, base_path, args, root: Path) -> dict:
     """Train for args.seconds with `actors` actor processes (0: single process); rates over training time."""
-    from policies import load_policy
+    from robot_rl.policies import load_policy
     from robot_rl.rl.distributed import DistributedConfig, DistributedWorkspace
     from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
     from robot_rl.common.run_log import RunLog
@@ -99,7 +99,7 @@ def collect_only(actors: int, env, base_path, seconds: float) -> dict:
     import ray
 
     from robot_rl.rl.distributed import EnvActor
-    from policies.residual import ResidualConfig
+    from robot_rl.policies.residual import ResidualConfig
 
     cls = ray.remote(EnvActor).options(num_cpus=1)
     reward = {"reward": "success", "reward_model": None, "shaping": 0.0, "gamma": 0.99}
@@ -134,7 +134,7 @@ def main() -> None:
     import ray
     import torch
 
-    import sim
+    from robot_rl import sim
 
     torch.set_num_threads(1)
     from robot_rl.rl.distributed import DistributedConfig, connect

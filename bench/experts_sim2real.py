@@ -34,8 +34,8 @@ def sim2real(task: str) -> dict:
 
 
 def measure(task: str, condition: str, episodes: int, seed: int, num_envs: int) -> dict:
-    import sim
-    from policies.expert import ExpertPolicy
+    from robot_rl import sim
+    from robot_rl.policies.expert import ExpertPolicy
     from robot_rl.evaluation import evaluate_policy
 
     randomization = sim2real(task) if condition == "sim2real" else {}

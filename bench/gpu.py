@@ -41,7 +41,7 @@ def device_facts(device: str) -> dict:
     import jax
     import mujoco
 
-    from sim.backends.mjx import resolve_device
+    from robot_rl.sim.backends.mjx import resolve_device
 
     d = resolve_device(device)
     facts = {"jax": jax.__version__, "mujoco": mujoco.__version__, "jax_device": str(d),
@@ -62,7 +62,7 @@ def device_facts(device: str) -> dict:
 
 def bench_host_api(task: str, n: int, seconds: float, device: str) -> dict:
     """BatchedEnv.step steps/s: numpy actions in, numpy obs/reward/done/info out (what training calls)."""
-    import sim
+    from robot_rl import sim
 
     env = sim.make(task, backend="mjx", num_envs=n, device=device)
     t = time.perf_counter()

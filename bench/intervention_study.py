@@ -22,16 +22,16 @@ from pathlib import Path
 
 
 def run_one(condition: str, seed: int, args) -> dict:
-    import sim
+    from robot_rl import sim
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from policies import load_policy
+    from robot_rl.policies import load_policy
     from robot_rl.data import EpisodeStore
     from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace, write_results
     from robot_rl.common.run_log import RunLog
 
-    with initialize_config_module(config_module="configs", version_base=None):
+    with initialize_config_module(config_module="robot_rl.configs", version_base=None):
         node = compose(config_name="train_residual").rl
     rl = OmegaConf.to_container(node, resolve=True)
     rl.update(env_steps=args.env_steps, time_budget_s=0, eval_every=args.eval_every, eval_episodes=args.eval_episodes,

@@ -26,7 +26,7 @@ import numpy as np
 
 
 def lift_dims() -> tuple[int, int]:
-    import sim
+    from robot_rl import sim
 
     env = sim.make("lift", num_envs=1)
     try:
@@ -53,7 +53,7 @@ def ours(obs_dim: int, action_dim: int, args, rng):
     import dataclasses
 
     from robot_rl.rl.learner import Learner, LearnerConfig
-    from policies.residual import ResidualActor, ResidualConfig
+    from robot_rl.policies.residual import ResidualActor, ResidualConfig
 
     over = {"critic_warmup": 0, "compile": bool(args.compile)}
     if args.num_critics:

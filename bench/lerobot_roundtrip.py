@@ -32,10 +32,10 @@ ATTRS = ("task", "instruction", "source", "success", "seed", "metadata")
 
 
 def collect_store(path: Path, episodes: int, size: tuple[int, int]) -> None:
-    import sim
+    from robot_rl import sim
     from robot_rl.data import EpisodeStore
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     env = sim.make("lift", num_envs=min(episodes, 4), cameras=["front", "wrist"], image_size=list(size))
     with EpisodeStore.open(path, mode="a") as store:

@@ -34,8 +34,8 @@ def main() -> None:
     ap.add_argument("--episode-steps", type=int, default=80, help="steps the expert runs on MJX")
     args = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    import sim
-    from sim.experts import make_expert
+    from robot_rl import sim
+    from robot_rl.sim.experts import make_expert
 
     n = args.num_envs
     t = time.perf_counter()

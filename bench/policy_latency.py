@@ -24,8 +24,8 @@ import numpy as np
 
 
 def _policy(path: str | None):
-    from policies import load_policy
-    from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
+    from robot_rl.policies import load_policy
+    from robot_rl.policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
     from robot_rl.data.stats import KeyStats
 
     if path:
@@ -54,7 +54,7 @@ def _vla(quick: bool, n: int) -> dict:
     """VLA chunk latency at batch 1 (configs/bc/policy/vla.yaml, 2 cameras 96x96, instruction, lift's vector observations)."""
     import torch
 
-    from policies.vla.policy import VLAConfig, VLAPolicy, _encoder_args
+    from robot_rl.policies.vla.policy import VLAConfig, VLAPolicy, _encoder_args
     from robot_rl.data.stats import KeyStats
 
     dims = {"proprio": 20, "object": 11}

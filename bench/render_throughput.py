@@ -50,7 +50,7 @@ def _steps_per_s(env, seconds: float) -> float:
 
 
 def bench_n(task: str, n: int, size: int, seconds: float) -> dict:
-    import sim
+    from robot_rl import sim
 
     kw = dict(backend="mujoco", num_envs=n)
     plain = sim.make(task, **kw)
@@ -75,10 +75,10 @@ def bench_n(task: str, n: int, size: int, seconds: float) -> dict:
 
 def store_bytes(task: str, size: int, episodes: int) -> dict:
     """Compressed bytes per frame of each camera in an episode store of expert episodes."""
-    import sim
+    from robot_rl import sim
     from robot_rl.data.collect import collect
     from robot_rl.data.episode_store import EpisodeStore
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     env = sim.make(task, num_envs=min(episodes, 4), cameras=CAMERAS, image_size=[size, size])
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,8 +99,8 @@ def store_bytes(task: str, size: int, episodes: int) -> dict:
 def gl_renderer() -> str | None:
     """The GL_RENDERER string of an offscreen context (e.g. 'llvmpipe (LLVM 15.0.6, 256 bits)')."""
     try:
-        import sim
-        from sim.render import FrameRenderer
+        from robot_rl import sim
+        from robot_rl.sim.render import FrameRenderer
 
         env = sim.make("lift", num_envs=1)
         r = FrameRenderer(8, 8).context(env.model)
@@ -141,6 +141,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    import sim  # noqa: F401  (chooses MUJOCO_GL before anything imports mujoco)
+    from robot_rl import sim  # noqa: F401  (chooses MUJOCO_GL before anything imports mujoco)
 
     main()

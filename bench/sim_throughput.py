@@ -38,7 +38,7 @@ def bench_cpu(task: str, n: int, seconds: float, robot: str = "primitive") -> di
     import mujoco
     from mujoco import rollout
 
-    import sim
+    from robot_rl import sim
 
     env = sim.make(task, backend="mujoco", num_envs=n, robot=robot)
     env.reset(0)
@@ -69,8 +69,8 @@ def bench_mjx(task: str, n: int, seconds: float, robot: str = "primitive", devic
     import jax.numpy as jnp
     from mujoco import mjx
 
-    import sim
-    from sim import rng as srng
+    from robot_rl import sim
+    from robot_rl.sim import rng as srng
 
     env = sim.make(task, backend="mjx", num_envs=n, robot=robot, device=device)
     e = env.mjx
@@ -137,7 +137,7 @@ def bench_robot(task: str, robot: str, cpu_ns, mjx_ns, seconds: float) -> dict:
 
 
 def main() -> None:
-    from sim.robot import ROBOTS
+    from robot_rl.sim.robot import ROBOTS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N in {1, 16}, MJX at N=16 only, shorter timings")

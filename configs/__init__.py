@@ -12,15 +12,15 @@ import importlib
 
 # schema name -> the config dataclass whose defaults it holds
 SCHEMAS = {
-    "env": "sim.config:EnvConfig",
-    "randomization": "sim.config:RandomizationConfig",
+    "env": "robot_rl.sim.config:EnvConfig",
+    "randomization": "robot_rl.sim.config:RandomizationConfig",
     "residual_rl": "robot_rl.rl.train:ResidualRLConfig",
     "scripted_human": "robot_rl.hil.scripted:ScriptedHumanConfig",
-    "diffusion": "policies.diffusion.policy:DiffusionConfig",
-    "vla": "policies.vla.policy:VLAConfig",
+    "diffusion": "robot_rl.policies.diffusion.policy:DiffusionConfig",
+    "vla": "robot_rl.policies.vla.policy:VLAConfig",
     "bc": "robot_rl.train_bc:BCConfig",
     "train_reward": "robot_rl.reward.train:RewardTrainConfig",
-    "deploy": "real.config:DeployConfig",
+    "deploy": "robot_rl.real.config:DeployConfig",
     "distributed": "robot_rl.rl.distributed.config:DistributedConfig",
     "benchmark": "robot_rl.benchmark:BenchmarkConfig",
     "robustness": "robot_rl.robustness:RobustnessConfig",

@@ -27,8 +27,8 @@ def lift_progress(obs: dict) -> np.ndarray:
     (sim/tasks/lift.py reach_term / progress_of, sim/task.py held) fed with what the observation says: cube - ee,
     gripper width, height to go (lift fraction; success where it is <= 0). Equals the env's info["progress"]
     (tested)."""
-    from sim.task import held
-    from sim.tasks.lift import default_config, progress_of, reach_term
+    from robot_rl.sim.task import held
+    from robot_rl.sim.tasks.lift import default_config, progress_of, reach_term
 
     cfg = default_config()
     obj, proprio = np.asarray(obs["object"], np.float64), np.asarray(obs["proprio"], np.float64)

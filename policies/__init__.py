@@ -10,14 +10,14 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from policies.base import BasePolicy, PolicySpec, SpecMismatch
+from robot_rl.policies.base import BasePolicy, PolicySpec, SpecMismatch
 
 # kind -> "module:Class"
 REGISTRY = {
-    "diffusion": "policies.diffusion.policy:DiffusionPolicy",
-    "vla": "policies.vla.policy:VLAPolicy",
-    "lerobot": "policies.external:LeRobotPolicy",
-    "residual": "policies.residual:ResidualPolicy",
+    "diffusion": "robot_rl.policies.diffusion.policy:DiffusionPolicy",
+    "vla": "robot_rl.policies.vla.policy:VLAPolicy",
+    "lerobot": "robot_rl.policies.external:LeRobotPolicy",
+    "residual": "robot_rl.policies.residual:ResidualPolicy",
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sim.actions import PREV_ACTIONS
+from robot_rl.sim.actions import PREV_ACTIONS
 
 
 class SpecMismatch(ValueError):

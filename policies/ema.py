@@ -57,7 +57,7 @@ class EMAWeights:
 
     def load_ema_tensors(self, tensors: dict) -> None:
         """A checkpoint's EMA weights into both networks; SpecMismatch when they do not fit the config."""
-        from policies.base import SpecMismatch
+        from robot_rl.policies.base import SpecMismatch
 
         ema = {k[4:]: v for k, v in tensors.items() if k.startswith("ema.")}
         try:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from policies.base import MAX_INSTRUCTION_CHARS, check_instructions
+from robot_rl.policies.base import MAX_INSTRUCTION_CHARS, check_instructions
 
 TEXT_ENCODER = "all-MiniLM-L6-v2"
 TEXT_DIM = 384  # its embedding size

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import BasePolicy, PolicySpec
+from robot_rl.policies.base import BasePolicy, PolicySpec
 
 
 class ExpertPolicy(BasePolicy):
     """One action per call (obs_horizon = action_horizon = 1); not saveable, it is code, not weights."""
 
     def __init__(self, env, noise: float = 0.0, seed: int = 0, path: str | None = None):
-        from sim.experts import make_expert
+        from robot_rl.sim.experts import make_expert
 
         self.expert = make_expert(env, noise=noise, seed=seed, path=path)
         self.spec = PolicySpec.of_env(env)

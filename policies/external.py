@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from policies.base import INSTRUCTION, BasePolicy, PolicySpec, SpecMismatch, check_instructions, env_image_shapes, image_key
+from robot_rl.policies.base import INSTRUCTION, BasePolicy, PolicySpec, SpecMismatch, check_instructions, env_image_shapes, image_key
 from robot_rl.data.lerobot_keys import IMAGE_PREFIX, STATE, camera_name, image_feature  # the names LeRobot datasets use too
 
 LEROBOT_EXTRA = "pip install 'robot_rl[lerobot]'"

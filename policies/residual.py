@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import BasePolicy, PolicySpec, SpecMismatch
-from policies.runner import ChunkQueue
+from robot_rl.policies.base import BasePolicy, PolicySpec, SpecMismatch
+from robot_rl.policies.runner import ChunkQueue
 from robot_rl.common.config import from_mapping
 
 
@@ -229,7 +229,7 @@ class ResidualPolicy(BasePolicy):
 
     @classmethod
     def from_checkpoint(cls, tensors: dict, config: dict, spec: PolicySpec, device: str) -> "ResidualPolicy":
-        from policies import policy_class
+        from robot_rl.policies import policy_class
         from robot_rl.common.checkpoint import CheckpointError
 
         # checkpoints written before base_features existed read no base features

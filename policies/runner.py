@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import INSTRUCTION, BasePolicy, check_instructions
+from robot_rl.policies.base import INSTRUCTION, BasePolicy, check_instructions
 
 
 class ObsHistory:

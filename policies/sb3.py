@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import BasePolicy, PolicySpec
+from robot_rl.policies.base import BasePolicy, PolicySpec
 
 
 class SB3Policy(BasePolicy):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from real.config import Blending
+from robot_rl.real.config import Blending
 
 
 class ChunkBlender:

@@ -12,9 +12,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from real.transport import TRANSPORTS, check_topic_name
+from robot_rl.real.transport import TRANSPORTS, check_topic_name
 from robot_rl.common.config import ConfigError, from_mapping
-from sim.robot import ARM_JOINTS, FINGER_JOINTS
+from robot_rl.sim.robot import ARM_JOINTS, FINGER_JOINTS
 
 COMMAND_TYPES = ("position_array", "joint_trajectory")  # std_msgs/Float64MultiArray | trajectory_msgs/JointTrajectory
 BLENDING_MODES = ("none", "temporal_ensemble", "crossfade")

@@ -6,7 +6,7 @@ as the only unicast discovery peer. With multicast off, discovery probes the por
 0..max_participants on each peer, so participants take an automatic index.
 
 Users pin the same thing for `ros2` tools with CYCLONEDDS_URI set to this XML (README, "Deploying with
-ROS 2"); `python -m real.cyclonedds_config` prints it. The XML only chooses what Cyclone advertises and sends from:
+ROS 2"); `python -m robot_rl.real.cyclonedds_config` prints it. The XML only chooses what Cyclone advertises and sends from:
 its receive sockets listen on 0.0.0.0 anyway, which real/loopback_sockets.py closes for the node's own process.
 
 `security_xml` is the DDS Security (OMG) section for Cyclone's builtin plugins (authentication, access control,

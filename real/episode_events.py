@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 
-from real.messages import String
+from robot_rl.real.messages import String
 
 EVENTS = ("start", "end")
 KEYS = {"start": {"event", "index", "target", "seed"}, "end": {"event", "index", "success", "steps"}}

@@ -32,14 +32,14 @@ class PolicyLoadError(RuntimeError):
 def build_policy(source: str, env, expert_noise: float = 0.0, seed: int = 0):
     """A BasePolicy from a source string (see the module docstring)."""
     if source == "expert":
-        from policies.expert import ExpertPolicy
+        from robot_rl.policies.expert import ExpertPolicy
 
         if env.action_space.kind != "ee_delta":  # its IK step would read the (unstepped) sim env, not the robot
             raise PolicyLoadError(f"the scripted expert drives a robot in ee_delta only; this deploy uses "
                                   f"action_space={env.action_space.kind!r}: deploy it with env.action_space=ee_delta")
         return ExpertPolicy(env, noise=expert_noise, seed=seed)
     if Path(source).exists():
-        from policies import load_policy
+        from robot_rl.policies import load_policy
 
         return load_policy(source)
     if ":" in source:
@@ -64,7 +64,7 @@ def _serve(conn, source: str, env_cfg_dict: dict, expert_noise: float, seed: int
             except OSError:
                 pass
         if realtime_priority:
-            from real.realtime import make_realtime
+            from robot_rl.real.realtime import make_realtime
 
             make_realtime(realtime_priority, log=lambda m: None)
     try:
@@ -75,8 +75,8 @@ def _serve(conn, source: str, env_cfg_dict: dict, expert_noise: float, seed: int
                 torch.set_num_threads(torch_threads)
             except ImportError:
                 pass
-        from sim.config import from_mapping
-        from sim.make import make_from_config
+        from robot_rl.sim.config import from_mapping
+        from robot_rl.sim.make import make_from_config
 
         env = make_from_config(from_mapping(env_cfg_dict))
         policy = build_policy(source, env, expert_noise, seed)
@@ -128,7 +128,7 @@ class InferenceWorker:
         if kind != "ready":
             self.close()
             raise PolicyLoadError(f"cannot load policy {source!r}: {payload}")
-        from policies.base import PolicySpec
+        from robot_rl.policies.base import PolicySpec
 
         self.spec = PolicySpec.from_dict(payload)
         self.dead = False

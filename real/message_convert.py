@@ -113,6 +113,6 @@ def rosbags_byte_seq(data: bytes):
 
 def to_rosbags(msg, typestore):
     """`msg` as a rosbags message of `typestore` (e.g. get_typestore(Stores.ROS2_HUMBLE))."""
-    from real.messages import ros_type_name
+    from robot_rl.real.messages import ros_type_name
 
     return convert_to(msg, lambda cls: typestore.types[ros_type_name(cls)], rosbags_float_seq, rosbags_byte_seq)

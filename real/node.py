@@ -28,15 +28,15 @@ import time
 
 import numpy as np
 
-from policies.base import SpecMismatch, check_instructions
-from real.config import DeployConfig
-from real.episode_state import EpisodeState
-from real.node_io import NodeIO, bag_topics  # noqa: F401 - bag_topics: the recorder's topics, imported from here
-from real.observation import ObservationModel
-from real.reset_token import new_token
-from real.safety import Mode, SafetyFilter
-from real.step_planner import StepPlanner, request_history  # noqa: F401 - request_history: part of this API
-from real.tick_clock import TickClock
+from robot_rl.policies.base import SpecMismatch, check_instructions
+from robot_rl.real.config import DeployConfig
+from robot_rl.real.episode_state import EpisodeState
+from robot_rl.real.node_io import NodeIO, bag_topics  # noqa: F401 - bag_topics: the recorder's topics, imported from here
+from robot_rl.real.observation import ObservationModel
+from robot_rl.real.reset_token import new_token
+from robot_rl.real.safety import Mode, SafetyFilter
+from robot_rl.real.step_planner import StepPlanner, request_history  # noqa: F401 - request_history: part of this API
+from robot_rl.real.tick_clock import TickClock
 
 
 def model_joints(env) -> dict[str, tuple[float, float]]:
@@ -126,7 +126,7 @@ class ControlNode:
 
     # ---- main loop --------------------------------------------------------------------------------
     def run(self) -> dict:
-        from real.realtime import make_realtime
+        from robot_rl.real.realtime import make_realtime
 
         self.realtime = make_realtime(self.cfg.realtime_priority, self.log)
         t_start = time.monotonic()

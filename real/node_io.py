@@ -29,14 +29,14 @@ import time
 
 import numpy as np
 
-from real import episode_events
-from real.config import DeployConfig
-from real.messages import (
+from robot_rl.real import episode_events
+from robot_rl.real.config import DeployConfig
+from robot_rl.real.messages import (
     Bool, Float64MultiArray, Image, JointState, JointTrajectory, JointTrajectoryPoint, PoseStamped, String,
     duration, float_array, stamp_ns,
 )
-from real.observation import ros_quat_to_mujoco
-from real.qos import ESTOP_READER, LATEST, RELIABLE, SENSOR_DATA
+from robot_rl.real.observation import ros_quat_to_mujoco
+from robot_rl.real.qos import ESTOP_READER, LATEST, RELIABLE, SENSOR_DATA
 
 
 def bag_topics(cfg: DeployConfig) -> dict[str, type]:

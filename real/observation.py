@@ -15,9 +15,9 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from sim import robot
-from sim.actions import ActionHistory
-from sim.task import Phys, neutral_params
+from robot_rl.sim import robot
+from robot_rl.sim.actions import ActionHistory
+from robot_rl.sim.task import Phys, neutral_params
 
 
 class ObservationModel:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from real.messages import ros_type_name
+from robot_rl.real.messages import ros_type_name
 
 
 class RecordingError(RuntimeError):

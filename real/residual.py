@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from policies.base import PolicySpec, SpecMismatch
-from policies.residual import ResidualPolicy, compose, explore, flatten_obs
+from robot_rl.policies.base import PolicySpec, SpecMismatch
+from robot_rl.policies.residual import ResidualPolicy, compose, explore, flatten_obs
 
 Residual = Callable[[dict, np.ndarray], np.ndarray]
 
@@ -71,7 +71,7 @@ def load_residual(cfg: Any) -> Residual | None:
     if cfg is None:
         return None
     if isinstance(cfg, (str, Path)):
-        from policies import load_policy
+        from robot_rl.policies import load_policy
 
         if not Path(cfg).is_dir():
             raise ValueError(f"residual={str(cfg)!r} is not a checkpoint directory")

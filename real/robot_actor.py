@@ -33,8 +33,8 @@ import time
 import numpy as np
 
 from robot_rl.rl.distributed import BatchActor, load_weights, make_actor_env, make_actor_policy, process_setup
-from policies.residual import flatten_obs
-from real.residual import PolicyResidual
+from robot_rl.policies.residual import flatten_obs
+from robot_rl.real.residual import PolicyResidual
 
 HEARTBEAT_S = 2.0  # collect() waits this long for enough transitions before answering a heartbeat
 
@@ -161,7 +161,7 @@ def relabel_base(base, seq: dict[str, np.ndarray], idx: list[int], instruction: 
     rows = np.clip(np.asarray(idx)[:, None] - np.arange(spec.obs_horizon - 1, -1, -1), 0, None)  # [n, h], oldest first
     windows = {k: seq[k][rows] for k in [*spec.obs_dims, *getattr(spec, "image_shapes", {})]}
     if getattr(spec, "instruction", False):
-        from policies.base import INSTRUCTION
+        from robot_rl.policies.base import INSTRUCTION
 
         windows[INSTRUCTION] = np.array([instruction] * len(idx), dtype=object)
     base.reset(None)
@@ -222,10 +222,10 @@ class RobotActor(BatchActor):
                  retain: int, threads: int = 1, store: str | None = None):
         """deploy: the robot's deploy config mapping (configs/deploy + its overrides); env_cfg: the learner's env
         config (the task, its model and action space; num_envs sets the batch layout)."""
-        from real.config import check_against_model, deploy_config
-        from real.inference import InferenceWorker
-        from real.node import ControlNode, model_joints
-        from real.transport import make_transport
+        from robot_rl.real.config import check_against_model, deploy_config
+        from robot_rl.real.inference import InferenceWorker
+        from robot_rl.real.node import ControlNode, model_joints
+        from robot_rl.real.transport import make_transport
         from robot_rl.reward.shaping import from_config
 
         process_setup(threads)
@@ -251,7 +251,7 @@ class RobotActor(BatchActor):
         self.residual = NodeResidual(self.policy, explore_std, seed)
         self.recorder = None  # the node's recording path to an episode store on this computer (store=...)
         if store is not None:
-            from real.recording import DeploymentRecorder
+            from robot_rl.real.recording import DeploymentRecorder
 
             self.recorder = DeploymentRecorder(
                 store=store, bag=None, bag_topics={}, task=self.env.task_name,

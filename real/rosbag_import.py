@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from real import messages as M
-from real.config import DeployConfig
-from real.message_convert import convert_from
-from real.observation import ObservationModel, ros_quat_to_mujoco
-from sim import kinematics as kin
-from sim import robot
+from robot_rl.real import messages as M
+from robot_rl.real.config import DeployConfig
+from robot_rl.real.message_convert import convert_from
+from robot_rl.real.observation import ObservationModel, ros_quat_to_mujoco
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim import robot
 
 
 class BagImportError(ValueError):

@@ -45,7 +45,7 @@ from typing import Callable
 
 import numpy as np
 
-from real.config import DeployConfig
+from robot_rl.real.config import DeployConfig
 
 
 class Mode(str, enum.Enum):

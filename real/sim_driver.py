@@ -38,13 +38,13 @@ import time
 import mujoco
 import numpy as np
 
-from real import episode_events
-from real.config import DeployConfig
-from real.messages import (
+from robot_rl.real import episode_events
+from robot_rl.real.config import DeployConfig
+from robot_rl.real.messages import (
     Float64MultiArray, Header, JointState, JointTrajectory, Point, Pose, PoseStamped, Quaternion, String, now_stamp,
 )
-from real.qos import LATEST, RELIABLE, SENSOR_DATA
-from real.tick_clock import TickClock
+from robot_rl.real.qos import LATEST, RELIABLE, SENSOR_DATA
+from robot_rl.real.tick_clock import TickClock
 
 
 class NodeTimeout(RuntimeError):
@@ -116,7 +116,7 @@ class SimDriver:
         return self._target
 
     def run(self) -> dict:
-        from real.realtime import make_realtime
+        from robot_rl.real.realtime import make_realtime
 
         make_realtime(self.realtime_priority, self.log)
         self.clock.t0 = time.monotonic()
@@ -174,8 +174,8 @@ class SimDriver:
                 return {"index": k, "seed": self.seed, "success": success, "steps": steps, "interrupted": True}
 
     def _success(self) -> bool:
-        from sim.backends.mujoco_cpu import position_sensors
-        from sim.task import Phys
+        from robot_rl.sim.backends.mujoco_cpu import position_sensors
+        from robot_rl.sim.task import Phys
 
         d = self.data
         # frame sensors at the final qpos, as the sim env evaluates (mj_step leaves them one physics step behind)

@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
-from policies.base import INSTRUCTION
-from policies.runner import ObsHistory
-from real.blending import ChunkBlender
-from real.residual import apply_residual
+from robot_rl.policies.base import INSTRUCTION
+from robot_rl.policies.runner import ObsHistory
+from robot_rl.real.blending import ChunkBlender
+from robot_rl.real.residual import apply_residual
 
 
 def request_history(history: dict, instruction: np.ndarray | None) -> dict:

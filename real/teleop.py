@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from real.messages import Float64MultiArray, float_array
-from real.qos import RELIABLE
+from robot_rl.real.messages import Float64MultiArray, float_array
+from robot_rl.real.qos import RELIABLE
 
 LABEL = "teleop"
 QOS = RELIABLE

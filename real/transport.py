@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import re
 
-from real.qos import QosProfile
+from robot_rl.real.qos import QosProfile
 
 TRANSPORTS = ("dds", "rclpy")
 _TOPIC = re.compile(r"^/[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$")
@@ -81,11 +81,11 @@ def make_transport(kind: str, *, name: str, domain_id: int = 0, loopback: bool =
     dds with loopback and realtime_priority > 0 also gives Cyclone's receive threads real-time scheduling; `security`
     (dds only: the six files of DdsSecurity.files()) turns DDS Security on."""
     if kind == "dds":
-        from real.transport_dds import DdsTransport
+        from robot_rl.real.transport_dds import DdsTransport
 
         return DdsTransport(domain_id=domain_id, loopback=loopback, realtime_priority=realtime_priority, security=security)
     if kind == "rclpy":
-        from real.transport_rclpy import RclpyTransport
+        from robot_rl.real.transport_rclpy import RclpyTransport
 
         if security:
             raise ValueError("deploy.dds_security is for transport=dds; with rclpy use SROS2 (docs/security.md)")

@@ -19,10 +19,10 @@ from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
-from real.cyclonedds_config import has_dds_security, loopback_xml, security_xml
-from real.loopback_sockets import restrict_to_loopback
-from real.qos import QosProfile
-from real.transport import Publisher, Subscription, Transport, check_topic_name
+from robot_rl.real.cyclonedds_config import has_dds_security, loopback_xml, security_xml
+from robot_rl.real.loopback_sockets import restrict_to_loopback
+from robot_rl.real.qos import QosProfile
+from robot_rl.real.transport import Publisher, Subscription, Transport, check_topic_name
 
 # A process has one Cyclone domain per id; its configuration is fixed when the first participant joins.
 _DOMAINS: dict[int, tuple[Domain | None, tuple]] = {}  # id -> (domain, (loopback, security))

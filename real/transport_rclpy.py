@@ -19,10 +19,10 @@ import sys
 import threading
 import time
 
-from real.message_convert import convert_from, convert_to
-from real.messages import ros_type_name
-from real.qos import QosProfile
-from real.transport import Publisher, Subscription, Transport, check_topic_name
+from robot_rl.real.message_convert import convert_from, convert_to
+from robot_rl.real.messages import ros_type_name
+from robot_rl.real.qos import QosProfile
+from robot_rl.real.transport import Publisher, Subscription, Transport, check_topic_name
 
 
 def split_ros_args(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from robot_rl.benchmark import BenchmarkConfig, machine, read_record, stage_dir, task_stages
 from robot_rl.evaluation import wilson_interval
 from robot_rl.rl.compare import first_reaching, load_curve, load_group, plot_comparison
-from sim.config import EnvConfig
+from robot_rl.sim.config import EnvConfig
 
 LEVELS = (0.5, 0.8, 0.9)
 ROWS = (("base", "base alone"), ("residual", "base + residual"), ("learned", "base + residual, learned reward"),

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Sequence
 
-from real.config import Topics
+from robot_rl.real.config import Topics
 
 # Every topic of real.config.Topics (camera topics are per camera, none in a dry run): namespaced, so concurrent dry
 # runs on one machine never cross.
@@ -42,7 +42,7 @@ def env_overrides(env_cfg) -> list[str]:
     its randomization keys that differ from the defaults, its action history and its task_config (episode length,
     task parameters). For the dry run's driver (the simulated robot: dynamics, action latency, observation noise,
     episode length) and node (the policy's observation)."""
-    from sim.config import EnvConfig
+    from robot_rl.sim.config import EnvConfig
 
     def value(v) -> str:
         return "[" + ",".join(value(x) for x in v) + "]" if isinstance(v, (list, tuple)) else repr(v)

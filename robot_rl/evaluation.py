@@ -25,8 +25,8 @@ def evaluate_policy(env, policy, episodes: int, seed: int = 0, videos: int = 0, 
                     camera: str = "overview", size: tuple[int, int] = (320, 240), progress=None) -> dict:
     """Run `policy` (a BasePolicy) for `episodes` episodes on a batched env; videos of the first episodes
     of envs 0..videos-1 go to video_dir/episode_<env>.mp4."""
-    from policies.runner import PolicyRunner
-    from sim.experts import run_episodes
+    from robot_rl.policies.runner import PolicyRunner
+    from robot_rl.sim.experts import run_episodes
 
     policy.spec.check_env(env)
     if videos > env.num_envs:

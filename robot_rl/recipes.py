@@ -20,7 +20,7 @@ PREFIXES = {
 def recommended_settings(task: str, command: str) -> dict:
     """{config key: value} of the task's recommended settings as `command` names the keys ({} for a task without
     any, or an unknown task: the command reports that itself)."""
-    from sim.tasks import TASKS
+    from robot_rl.sim.tasks import TASKS
 
     prefixes = PREFIXES[command]
     rec = getattr(TASKS.get(task), "recommended", None) or {}

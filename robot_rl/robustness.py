@@ -83,7 +83,7 @@ class Level:
 def plan(cfg: RobustnessConfig, base, cameras: bool) -> list[Level]:
     """The levels to evaluate, factor by factor; `base` is the RandomizationConfig every other key keeps and
     `cameras` whether any policy reads camera images. ConfigError naming the key and the fix."""
-    from sim.config import ConfigError
+    from robot_rl.sim.config import ConfigError
 
     if not (isinstance(cfg.episodes, int) and cfg.episodes >= 1):
         raise ConfigError(f"sweep.episodes={cfg.episodes!r} must be a whole number >= 1 (per level and policy)")

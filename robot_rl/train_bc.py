@@ -138,7 +138,7 @@ ResumeMismatch = checkpoint.ResumeMismatch  # re-exported for the CLI
 
 def load_init(path: str, env, device: str, kind: str = "diffusion", check_env: bool = True):
     """The checkpoint of `kind` to fine-tune, checked against the env (CheckpointError / SpecMismatch / ValueError)."""
-    from policies import load_policy
+    from robot_rl.policies import load_policy
 
     policy = load_policy(path, device=device)
     if policy.kind != kind:
@@ -158,7 +158,7 @@ def runtime_fields(cfg, like) -> dict:
 
 def store_instructions(store) -> np.ndarray:
     """Per-episode instruction strings of a store (object array), each checked (non-empty, not over-long)."""
-    from policies.base import check_instructions
+    from robot_rl.policies.base import check_instructions
 
     text = np.array([str(x) for x in store.episode_attr("instruction")], dtype=object)
     try:
@@ -257,7 +257,7 @@ def policy_obs_dims(env, policy_cfg) -> dict[str, int]:
 
 class BCWorkspace:
     def __init__(self, run_dir: Path, cfg: BCConfig, policy_cfg, env, store):
-        from policies import policy_class
+        from robot_rl.policies import policy_class
         from robot_rl.data.sampler import MixtureSampler, SequenceSampler
 
         # Seeded before anything random is built (the policy's initial weights): same command, same weights
@@ -372,7 +372,7 @@ class BCWorkspace:
         w = self.sampler.sample(self.cfg.batch_size, self.rng)
         obs = {k[4:]: torch.from_numpy(w[k]) for k in self.sampler.obs_keys}
         if self.instructions is not None:
-            from policies.base import INSTRUCTION
+            from robot_rl.policies.base import INSTRUCTION
 
             source = w.get("source", np.zeros(len(w["episode"]), np.int64))
             text = np.empty(len(source), dtype=object)

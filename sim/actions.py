@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim import kinematics as kin
-from sim import robot
-from sim.config import EnvConfig
-from sim.task import Phys, Task
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim import robot
+from robot_rl.sim.config import EnvConfig
+from robot_rl.sim.task import Phys, Task
 
 
 def checked_actions(action, num_envs: int, action_dim: int, what: str) -> np.ndarray:

@@ -12,7 +12,7 @@ IMAGE_QUALITIES = ("fast", "high")  # see sim.render
 
 
 from robot_rl.common.config import ConfigError, from_mapping as _from_mapping
-from sim.robot import ROBOTS
+from robot_rl.sim.robot import ROBOTS
 
 
 def _range(name: str, v, *, positive: bool = False, nonneg: bool = False) -> tuple[float, float]:
@@ -102,7 +102,7 @@ class EnvConfig:
     task: str = "lift"
     backend: str = "mujoco"  # mujoco (MuJoCo C, CPU threads) | mjx (JAX, jit + vmap; GPUs)
     # primitive (our Panda-like arm of capsules and boxes: faster) | panda_menagerie (MuJoCo Menagerie's Franka Panda,
-    # meshes and all; `python -m sim.menagerie` installs its files). Same joints, actions and observations (sim/robot.py)
+    # meshes and all; `python -m robot_rl.sim.menagerie` installs its files). Same joints, actions and observations (sim/robot.py)
     robot: str = "primitive"
     num_envs: int = 16
     control_hz: float = 20.0  # policy / action rate

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sim import rng
-from sim.config import RandomizationConfig
-from sim.randomization import sample_params
-from sim.task import Phys, Task
+from robot_rl.sim import rng
+from robot_rl.sim.config import RandomizationConfig
+from robot_rl.sim.randomization import sample_params
+from robot_rl.sim.task import Phys, Task
 
 
 def episode_stream(xp, key, episode):

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.config import ConfigError, EnvConfig
-from sim.tasks import TASKS
+from robot_rl.sim.config import ConfigError, EnvConfig
+from robot_rl.sim.tasks import TASKS
 
 
 class BatchedEnv:
@@ -36,8 +36,8 @@ class BatchedEnv:
     `_reset(keys)`, `_step(action)` and `_restart(idx, advance)`."""
 
     def __init__(self, cfg: EnvConfig):
-        from sim.actions import ActionHistory, ActionSpace
-        from sim.randomization import check_task_support
+        from robot_rl.sim.actions import ActionHistory, ActionSpace
+        from robot_rl.sim.randomization import check_task_support
 
         cfg.validate(TASKS)
         task_cls = TASKS[cfg.task]
@@ -64,8 +64,8 @@ class BatchedEnv:
         so a wrong name or missing GL fails at construction, before any simulation."""
         import mujoco
 
-        from sim.randomization import VisualFields
-        from sim.render import FrameRenderer, check_cameras
+        from robot_rl.sim.randomization import VisualFields
+        from robot_rl.sim.render import FrameRenderer, check_cameras
 
         self.visual = VisualFields(model, self.task, self.cfg.randomization)
         if self.cameras:
@@ -77,7 +77,7 @@ class BatchedEnv:
 
     def _visual_draws(self, key, episode) -> dict:
         """Visual randomization draws [len(key), ...] of episodes (key, episode), host side."""
-        from sim.randomization import sample_visuals
+        from robot_rl.sim.randomization import sample_visuals
 
         return sample_visuals(self.cfg.randomization, key, episode, *self.visual.counts)
 
@@ -92,7 +92,7 @@ class BatchedEnv:
 
     def env_keys(self, seed: int | Sequence[int]) -> np.ndarray:
         """Per-env stream keys uint32 [N] of `seed`: an int for the batch, or one int per env."""
-        from sim import rng
+        from robot_rl.sim import rng
 
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             return rng.env_key(np, int(seed), np.arange(self.num_envs))
@@ -143,7 +143,7 @@ class BatchedEnv:
         return obs, reward, done, info
 
     def check_action(self, action) -> np.ndarray:
-        from sim.actions import checked_actions
+        from robot_rl.sim.actions import checked_actions
 
         return checked_actions(action, self.num_envs, self.action_dim,
                                f"action_space={self.cfg.action_space!r} on task {self.task.name!r}")
@@ -173,7 +173,7 @@ class BatchedEnv:
     def instruction_names_goal(self) -> bool:
         """The instruction says which goal an episode has (the task overrides Task.instruction, as color_lift does);
         single-goal tasks draw paraphrases of one goal, which a reward model need not read."""
-        from sim.task import Task
+        from robot_rl.sim.task import Task
 
         return type(self.task).instruction is not Task.instruction
 
@@ -199,7 +199,7 @@ class BatchedEnv:
     @property
     def instruction(self) -> list[str]:
         """Each env's current-episode instruction (len num_envs), drawn per episode from the reset seed."""
-        from sim import rng
+        from robot_rl.sim import rng
 
         key, episode, target = self._episode_ids()
         u = rng.uniform(np, key, episode, rng.INSTRUCTION, 1)[:, 0]
@@ -236,7 +236,7 @@ class BatchedEnv:
         """RGB frames [len(env_ids), height, width, 3] uint8 of the envs' current states, offscreen (videos).
 
         quality "high" draws shadows, reflections and anti-aliasing; "fast" draws as image observations do."""
-        from sim.render import FrameRenderer
+        from robot_rl.sim.render import FrameRenderer
 
         r = getattr(self, "_frame_renderer", None)
         if r is None or (r.width, r.height, r.quality) != (width, height, quality):

@@ -3,7 +3,7 @@
     import gymnasium, sim.gym_adapter                    # importing the adapter registers robot_rl/<Task>-v0
     env = gymnasium.make("robot_rl/Lift-v0", render_mode="rgb_array")
     envs = gymnasium.make_vec("robot_rl/Lift-v0", num_envs=16)      # one RobotRLVectorEnv, next-step autoreset
-    gymnasium.make("sim.gym_adapter:robot_rl/Push-v0")  # without importing it first
+    gymnasium.make("robot_rl.sim.gym_adapter:robot_rl/Push-v0")  # without importing it first
 
 Every task of sim.TASKS is registered (`lift` -> `robot_rl/Lift-v0`, `peg_insert` -> `robot_rl/PegInsert-v0`) with
 max_episode_steps = the task's episode_steps; keyword arguments go to sim.make (cameras, image_size,
@@ -34,8 +34,8 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-import sim
-from sim.env import BatchedEnv
+from robot_rl import sim
+from robot_rl.sim.env import BatchedEnv
 
 _INFO_KEYS = ("success", "progress", "intervention", "episode_return", "episode_length")
 _SEED_LIMIT = 2**31
@@ -75,7 +75,7 @@ class _Rendering:
         self.render_mode = render_mode
         self.render_camera, self.render_width, self.render_height = camera, int(width), int(height)
         if render_mode is not None:
-            from sim.render import check_cameras
+            from robot_rl.sim.render import check_cameras
 
             check_cameras(self.env.model, [camera])  # a wrong name fails now, not at the first frame
         self.metadata = {**metadata, "render_modes": list(RENDER_MODES), "render_fps": float(self.env.control_hz)}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.config import ConfigError, EnvConfig, from_mapping
-from sim.env import BatchedEnv
-from sim.tasks import TASKS
+from robot_rl.sim.config import ConfigError, EnvConfig, from_mapping
+from robot_rl.sim.env import BatchedEnv
+from robot_rl.sim.tasks import TASKS
 
 
 def env_config(node: Any) -> EnvConfig:
@@ -25,18 +25,18 @@ def make_from_config(cfg: EnvConfig) -> BatchedEnv:
     """The env of `cfg.backend`; MJX gets JAX's persistent compilation cache, so its jit compiles are paid once."""
     cfg.validate(TASKS)
     if cfg.backend == "gymnasium":
-        from sim.backends.gymnasium import GymnasiumEnv
+        from robot_rl.sim.backends.gymnasium import GymnasiumEnv
 
         return GymnasiumEnv(cfg)
     if cfg.backend == "mujoco":
-        from sim.backends.mujoco_cpu import MujocoEnv
+        from robot_rl.sim.backends.mujoco_cpu import MujocoEnv
 
         return MujocoEnv(cfg)
     check_mjx_mujoco()
     import logging
 
     from robot_rl.common.jax_cache import enable_compilation_cache
-    from sim.backends.mjx import MjxBatchedEnv
+    from robot_rl.sim.backends.mjx import MjxBatchedEnv
 
     logging.getLogger("jax").setLevel(logging.WARNING)  # JAX's backend probing (no TPU, ...) is noise at INFO
     enable_compilation_cache()

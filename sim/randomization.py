@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim import rng
-from sim.config import ConfigError, RandomizationConfig
+from robot_rl.sim import rng
+from robot_rl.sim.config import ConfigError, RandomizationConfig
 
 SCALES = ("friction", "mass", "size", "damping", "armature", "gain")
 _CFG_FIELD = {

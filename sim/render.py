@@ -25,7 +25,7 @@ import weakref
 
 import numpy as np
 
-from sim.config import ConfigError
+from robot_rl.sim.config import ConfigError
 
 GL_FIX = (
     "install EGL (apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) and set MUJOCO_GL=egl, "

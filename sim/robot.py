@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sim.registry import Registry
+from robot_rl.sim.registry import Registry
 
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("finger_left", "finger_right")
@@ -182,7 +182,7 @@ def _primitive_mjcf() -> RobotMJCF:
 
 
 def _menagerie_mjcf() -> RobotMJCF:
-    from sim import menagerie  # reads the installed Menagerie files; only this robot needs them
+    from robot_rl.sim import menagerie  # reads the installed Menagerie files; only this robot needs them
 
     return menagerie.panda_mjcf()
 

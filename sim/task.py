@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 import mujoco
 import numpy as np
 
-from sim import kinematics as kin
-from sim import robot
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim import robot
 
 
 class Phys(NamedTuple):

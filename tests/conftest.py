@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-import sim  # noqa: E402,F401  (before any test module imports mujoco: sim picks MUJOCO_GL for this machine first)
+from robot_rl import sim  # noqa: E402,F401  (before any test module imports mujoco: sim picks MUJOCO_GL for this machine first)
 # Small torch models run ~10x slower with intra-op threads on 2 busy cores (measured: 150 SB3 SAC updates
 # 22 s with 2 threads, 2 s with 1). Set before torch is imported anywhere in the session.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -78,7 +78,7 @@ def _jax_cache():
 
 @pytest.fixture(scope="session")
 def mjx_env():
-    import sim
+    from robot_rl import sim
 
     env = sim.make("lift", backend="mjx", num_envs=N_ENVS, randomization=DR)
     yield env
@@ -87,7 +87,7 @@ def mjx_env():
 
 @pytest.fixture()
 def cpu_env():
-    import sim
+    from robot_rl import sim
 
     env = sim.make("lift", backend="mujoco", num_envs=N_ENVS, randomization=DR)
     yield env
@@ -212,10 +212,10 @@ class Tiny:
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> Tiny:
-    import sim
+    from robot_rl import sim
     from robot_rl.data import EpisodeStore
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     root = tmp_path_factory.mktemp("tiny")
     store = root / "lift.zarr"

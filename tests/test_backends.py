@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sim
-from sim.experts import make_expert
+from robot_rl import sim
+from robot_rl.sim.experts import make_expert
 from tests.conftest import DR, N_ENVS
 
 
@@ -164,8 +164,8 @@ def _observation_by_fresh_forward(env, qpos, qvel, mocap_pos, target, params, ke
     kinematics does not depend on the randomized fields), with the env's own noise draws."""
     import mujoco
 
-    from sim import core
-    from sim.task import Phys
+    from robot_rl.sim import core
+    from robot_rl.sim.task import Phys
 
     d = mujoco.MjData(env.model)
     sens = []
@@ -293,7 +293,7 @@ def test_a_seed_list_starts_each_env_as_a_one_env_reset_with_its_seed(cpu_env):
 
 @pytest.mark.parametrize("final_obs", ["same dict", "own dict"])
 def test_action_history_holds_the_commanded_actions_and_starts_each_episode_neutral(final_obs):
-    from sim.config import ConfigError
+    from robot_rl.sim.config import ConfigError
 
     env = sim.make("lift", num_envs=2, threads=1, action_history=2, task_config={"episode_steps": 3})
     if final_obs == "own dict":  # as the MJX backend returns it (MuJoCo C hands back obs itself)

@@ -6,8 +6,8 @@ import mujoco
 import numpy as np
 import pytest
 
-import sim
-from sim.config import ConfigError
+from robot_rl import sim
+from robot_rl.sim.config import ConfigError
 
 
 def test_unknown_task_lists_the_valid_names():

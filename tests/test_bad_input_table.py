@@ -172,7 +172,7 @@ def text_file(tmp: Path, name: str, text: str) -> Path:
 
 def reward_model(tmp: Path, task: str = "lift", threshold: float = 0.5) -> Path:
     """An (untrained) reward model of `task` saved under tmp; threshold 2.0: a classifier that never fires."""
-    import sim
+    from robot_rl import sim
     from robot_rl.reward import RewardModel, RewardSpec
 
     env = sim.make(task, num_envs=1)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-import sim
+from robot_rl import sim
 from robot_rl.data import EpisodeStore
 from robot_rl.evaluation import wilson_interval
 from robot_rl.video import read_mp4_frames
@@ -23,7 +23,7 @@ TINY = ["policy.dims=[16,32]", "policy.step_embed_dim=16", "policy.pred_horizon=
 @pytest.fixture(scope="module")
 def lift_store(tmp_path_factory):
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     path = tmp_path_factory.mktemp("data") / "lift.zarr"
     env = sim.make("lift", num_envs=3)
@@ -139,7 +139,7 @@ def test_failed_weight_0_trains_only_on_the_successful_episodes(tmp_path, cli_he
     from robot_rl.data.collect import collect
     from robot_rl.data.sampler import SequenceSampler
     from robot_rl.train_bc import BCConfig, window_weights
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     mixed, failed = tmp_path / "mixed.zarr", tmp_path / "failed.zarr"
     env = sim.make("lift", num_envs=2)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import zarr
 
-import sim
-from sim.config import ConfigError
+from robot_rl import sim
+from robot_rl.sim.config import ConfigError
 from tests.conftest import DR, N_ENVS, ROOT
 
 CAMS = ["front", "wrist"]
@@ -43,7 +43,7 @@ def test_cameras_add_uint8_image_observations_and_leave_obs_dims_alone():
 
 
 def test_gym_observation_space_holds_the_images():
-    from sim.gym_adapter import RobotRLVectorEnv
+    from robot_rl.sim.gym_adapter import RobotRLVectorEnv
 
     venv = RobotRLVectorEnv(sim.make("lift", num_envs=2, cameras=["wrist"], image_size=[16, 16]))
     space = venv.single_observation_space["images/wrist"]
@@ -92,7 +92,7 @@ def test_bad_camera_settings_are_one_clear_error(bad, match):
 
 
 def _make_with_gl(value: str) -> subprocess.CompletedProcess:
-    code = ("import sim\nsim.make('lift', num_envs=1).reset(0)\nprint('physics ok')\n"
+    code = ("from robot_rl import sim\nsim.make('lift', num_envs=1).reset(0)\nprint('physics ok')\n"
             "sim.make('lift', num_envs=1, cameras=['front'])")
     env = dict(os.environ, MUJOCO_GL=value, OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
@@ -106,7 +106,7 @@ def test_missing_gl_is_one_error_naming_the_packages_and_mujoco_gl(value):
     assert proc.returncode == 1
     assert "physics ok" in proc.stdout, "a GL setting that cannot work must not break the physics"
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("sim.render.RenderingUnavailable: offscreen rendering is unavailable"), proc.stderr
+    assert last.startswith("robot_rl.sim.render.RenderingUnavailable: offscreen rendering is unavailable"), proc.stderr
     for needle in (f"MUJOCO_GL={value}" if value == "osmesa" else "MUJOCO_GL='bogus'", "libegl1 libegl-mesa0 "
                    "libgl1-mesa-dri", "MUJOCO_GL=egl", "libosmesa6", "MUJOCO_GL=osmesa"):
         assert needle in last, (needle, last)
@@ -148,7 +148,7 @@ def test_visual_randomization_is_per_episode():
 def test_collected_images_round_trip_through_the_store_compressed(tmp_path):
     from robot_rl.data.collect import collect
     from robot_rl.data.episode_store import EpisodeStore
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     env = sim.make("lift", num_envs=2, cameras=CAMS, image_size=[32, 32], task_config={"episode_steps": 10})
     frames = []

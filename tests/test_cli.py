@@ -39,7 +39,7 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def _compose(*overrides: str):
     from hydra import compose, initialize_config_module
 
-    with initialize_config_module(config_module="configs", version_base=None):
+    with initialize_config_module(config_module="robot_rl.configs", version_base=None):
         return compose(config_name="quickstart", overrides=list(overrides))
 
 
@@ -158,7 +158,7 @@ def test_quickstart_stage_prefix_evaluates_only_the_expert(tmp_path):
 
 
 def test_env_default_yaml_mirrors_env_config_fields():
-    from sim.config import EnvConfig, RandomizationConfig
+    from robot_rl.sim.config import EnvConfig, RandomizationConfig
 
     cfg = _compose()
     assert set(cfg.env) == {f.name for f in dataclasses.fields(EnvConfig)}
@@ -173,7 +173,7 @@ def test_env_default_yaml_mirrors_env_config_fields():
 
 
 def test_randomization_none_is_identity_and_sim2real_lands_in_env():
-    from sim.config import from_mapping
+    from robot_rl.sim.config import from_mapping
 
     none = from_mapping(_compose().env).randomization
     assert tuple(none.friction) == (1.0, 1.0) and none.obs_noise_std == 0.0 and tuple(none.action_latency) == (0, 0)

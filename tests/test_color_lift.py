@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sim
-from sim.experts import make_expert, run_episodes
-from sim.task import Phys, neutral_params
-from sim.tasks.color_lift import PALETTE
+from robot_rl import sim
+from robot_rl.sim.experts import make_expert, run_episodes
+from robot_rl.sim.task import Phys, neutral_params
+from robot_rl.sim.tasks.color_lift import PALETTE
 
 
 def test_state_observation_does_not_reveal_the_named_cube():
@@ -123,9 +123,9 @@ def test_runs_on_mjx_like_on_mujoco_c():
 
 def test_evaluation_reports_success_per_goal_and_swap_names_the_other_cube():
     """robot-rl-eval's by_goal: success per named colour; swap_named keeps the scenes and names the other cube."""
-    from policies.expert import ExpertPolicy
+    from robot_rl.policies.expert import ExpertPolicy
     from robot_rl.evaluation import evaluate_policy
-    from sim import make
+    from robot_rl.sim import make
 
     results = {}
     for swap in (False, True):

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import configs
+from robot_rl import configs
 from robot_rl.common.config import ConfigError, defaults, from_mapping
 
 ROOT = Path(configs.__file__).parent
@@ -24,7 +24,7 @@ ROOT = Path(configs.__file__).parent
 @pytest.fixture(scope="module")
 def compose_cfg():
     GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="configs", version_base=None):
+    with initialize_config_module(config_module="robot_rl.configs", version_base=None):
         yield lambda name, *overrides: compose(config_name=name, overrides=list(overrides))
     GlobalHydra.instance().clear()
 

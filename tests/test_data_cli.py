@@ -77,9 +77,9 @@ def test_collect_of_an_expert_that_never_succeeds_exits_2_naming_success_and_ran
 
 def test_collect_keeps_the_same_episodes_as_run_episodes(tmp_path):
     """The first `episodes` episodes to start are kept, not the first to finish (short, successful ones)."""
-    import sim
+    from robot_rl import sim
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert, run_episodes
+    from robot_rl.sim.experts import make_expert, run_episodes
 
     def fresh():
         env = sim.make("lift", num_envs=4)
@@ -148,7 +148,7 @@ def test_collect_again_with_the_same_seed_is_refused_with_the_command_that_appen
 def test_collect_config_backend_sets_env_backend():
     from hydra import compose, initialize_config_module
 
-    with initialize_config_module(config_module="configs", version_base=None):
+    with initialize_config_module(config_module="robot_rl.configs", version_base=None):
         cfg = compose(config_name="collect", overrides=["backend=mjx", "task=peg_insert"])
     assert cfg.env.backend == "mjx" and cfg.env.task == "peg_insert" and cfg.out is None
 

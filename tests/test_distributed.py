@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import ray
 
-import sim
+from robot_rl import sim
 from conftest import run_cli
 from robot_rl.common.checkpoint import load_training
 from robot_rl.rl.distributed import DistributedConfig, DistributedWorkspace
 from robot_rl.rl.learner import LearnerConfig
-from policies.residual import ResidualConfig
+from robot_rl.policies.residual import ResidualConfig
 from robot_rl.rl.train import ResidualRLConfig, from_scratch
 from robot_rl.common.run_log import RunLog
 from test_rl_cli import TINY_ENV, TINY_RL, _checkpoint
@@ -169,7 +169,7 @@ def test_actors_run_their_own_scripted_humans_whose_steps_reach_replay_demos_and
     rows go to the online replay and the demo buffer, as in single-process training, and the rates are logged."""
     from robot_rl.data import EpisodeStore
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     path = tmp_path / "demos.zarr"
     with EpisodeStore.open(path, "a") as store:

@@ -16,12 +16,12 @@ import ray
 import torch
 from omegaconf import OmegaConf
 
-import sim
+from robot_rl import sim
 from conftest import BIN, assert_one_line_error, run_cli
 from robot_rl.rl.distributed import DistributedConfig, DistributedWorkspace
 from robot_rl.rl.learner import LearnerConfig
-from policies.residual import ResidualConfig
-from real.robot_actor import RobotActor
+from robot_rl.policies.residual import ResidualConfig
+from robot_rl.real.robot_actor import RobotActor
 from robot_rl.rl.train import ResidualRLConfig
 from robot_rl.common.run_log import RunLog
 from test_distributed import _assert_each_transition_once, _row_tags
@@ -68,7 +68,7 @@ def test_robot_actor_trains_through_the_deploy_node_on_a_sim_driver_over_dds(rob
     try:
         env = sim.make("lift", num_envs=2, threads=1, task_config={"episode_steps": 10})
         base_path = _checkpoint("lift", tmp_path / "base")
-        from policies import load_policy
+        from robot_rl.policies import load_policy
 
         base = load_policy(base_path)
         rm_path = _reward_model(env, tmp_path / "reward_model")
@@ -91,8 +91,8 @@ def test_robot_actor_trains_through_the_deploy_node_on_a_sim_driver_over_dds(rob
 
         # An operator holds the teleop dead-man switch for 0.6 s once the second batch is in: those steps are the
         # human's.
-        from real.teleop import TeleopPublisher
-        from real.transport_dds import DdsTransport
+        from robot_rl.real.teleop import TeleopPublisher
+        from robot_rl.real.transport_dds import DdsTransport
 
         operator = DdsTransport(int(deploy["domain_id"]), loopback=True)
         teleop = TeleopPublisher(operator, deploy["topics"]["teleop"])
@@ -224,7 +224,7 @@ _next_x_reward = _NextXReward()
 
 
 def test_recorded_episodes_become_transitions_with_relabeled_base_actions_and_cut_partial_ends():
-    from real.robot_actor import episode_transitions
+    from robot_rl.real.robot_actor import episode_transitions
 
     def step(x, base, human=False):
         return {"x": np.array([x], np.float32)}, np.array([x, -x], np.float32), human, base

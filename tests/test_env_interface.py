@@ -6,8 +6,8 @@ import re
 
 import numpy as np
 
-import sim
-from sim.interface import Env
+from robot_rl import sim
+from robot_rl.sim.interface import Env
 from tests.conftest import ROOT
 
 # Modules above sim that may read env.cfg, and why
@@ -32,7 +32,7 @@ def test_both_backends_implement_it():
             again.close()
     finally:
         env.close()
-    from sim.backends.mjx import MjxBatchedEnv  # imported here: the mujoco_compat lane's MuJoCo has no MJX
+    from robot_rl.sim.backends.mjx import MjxBatchedEnv  # imported here: the mujoco_compat lane's MuJoCo has no MJX
 
     # the MJX env: the same class's members (its instance attributes are set in BatchedEnv.__init__)
     members = [m for m in vars(Env) if not m.startswith("_")]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sim
-from sim.experts import make_expert, run_episodes
+from robot_rl import sim
+from robot_rl.sim.experts import make_expert, run_episodes
 
 
 @pytest.mark.mujoco_compat

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-from policies import SpecMismatch, load_policy
-from policies.external import LEROBOT_EXTRA, LeRobotPolicy, import_lerobot
-from policies.runner import PolicyRunner
+from robot_rl import sim
+from robot_rl.policies import SpecMismatch, load_policy
+from robot_rl.policies.external import LEROBOT_EXTRA, LeRobotPolicy, import_lerobot
+from robot_rl.policies.runner import PolicyRunner
 from robot_rl.common.checkpoint import CheckpointError
 
 SIZE = 24

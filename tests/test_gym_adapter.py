@@ -12,8 +12,8 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import vector as vw
 
-import sim
-from sim.gym_adapter import RobotRLEnv, gym_id, make_gym_env, make_gym_vector_env
+from robot_rl import sim
+from robot_rl.sim.gym_adapter import RobotRLEnv, gym_id, make_gym_env, make_gym_vector_env
 
 SHORT = 3  # episode length of the short envs
 LONG = 10  # a reference env that does not end where the short one does
@@ -142,7 +142,7 @@ def test_wrong_action_shape_raises_value_error():
 
 
 def test_single_env_rejects_batched_env_with_several_envs():
-    import sim
+    from robot_rl import sim
 
     with pytest.raises(ValueError):
         RobotRLEnv(sim.make("lift", num_envs=2))

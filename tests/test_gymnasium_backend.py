@@ -11,8 +11,8 @@ import json
 import numpy as np
 import pytest
 
-import sim
-from sim.interface import Env
+from robot_rl import sim
+from robot_rl.sim.interface import Env
 from tests.conftest import ROOT, TINY_BC, assert_one_line_error
 
 CAR = ["env.backend=gymnasium", "env.gym.id=MountainCarContinuous-v0", "env.gym.success=terminated"]
@@ -22,7 +22,7 @@ EXPERT = "tests.gym_experts:mountain_car"
 @pytest.mark.mujoco_compat
 def test_a_gymnasium_env_is_an_env_of_the_interface():
     env = sim.make("lift", backend="gymnasium", num_envs=3,
-                   gym={"id": "robot_rl/Lift-v0", "modules": ["sim.gym_adapter"],
+                   gym={"id": "robot_rl/Lift-v0", "modules": ["robot_rl.sim.gym_adapter"],
                         "obs": {"arm": "proprio", "cube": "object"}})
     try:
         assert isinstance(env, Env)
@@ -200,7 +200,7 @@ def test_the_external_envs_of_the_study_run_with_their_scripted_experts(package,
     """docs/results/gymnasium_envs.md's envs, installed from PyPI beside MuJoCo 3.3.0 (Makefile MUJOCO_COMPAT: this
     test runs in that lane), through env.backend=gymnasium with bench/gym_experts.py's experts."""
     pytest.importorskip(package, reason="installed beside MuJoCo 3.3.0 for make test's mujoco_compat lane")
-    from sim.experts import make_expert, run_episodes
+    from robot_rl.sim.experts import make_expert, run_episodes
 
     results = []
     for _ in range(2):  # a fixed seed (Meta-World: also its env.gym.kwargs.seed) gives the same episodes again

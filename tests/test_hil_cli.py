@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-import sim
+from robot_rl import sim
 from robot_rl.data import EpisodeStore
 from tests.conftest import assert_one_line_error, run_cli
 
@@ -19,7 +19,7 @@ TINY = dict(obs_horizon=2, pred_horizon=8, action_horizon=4, dims=(16, 32), step
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory):
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     path = tmp_path_factory.mktemp("demos") / "lift.zarr"
     env = sim.make("lift", num_envs=2)
@@ -32,7 +32,7 @@ def demos(tmp_path_factory):
 @pytest.fixture(scope="module")
 def untrained(demos, tmp_path_factory):
     """An untrained tiny diffusion checkpoint: its actions are off-plan, so the scripted human takes over."""
-    from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
+    from robot_rl.policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
 
     env = sim.make("lift", num_envs=1)
     spec = dict(task="lift", obs_dims=dict(env.obs_dims), action_dim=env.action_dim, action_space="ee_delta",
@@ -136,7 +136,7 @@ def test_correction_windows_weight_only_the_humans_action_steps(demos, supervise
     (or before the take-over) in its chunk get loss weight 0; demo windows keep weight 1 everywhere."""
     import torch
 
-    from policies.losses import weighted_mse
+    from robot_rl.policies.losses import weighted_mse
     from robot_rl.data.sampler import MixtureSampler, SequenceSampler
     from robot_rl.train_bc import BCConfig, correction_step_weights, window_weights
 

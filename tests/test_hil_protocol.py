@@ -8,7 +8,7 @@ from robot_rl.common.config import from_mapping
 import numpy as np
 import pytest
 
-import sim
+from robot_rl import sim
 from robot_rl.data import EpisodeStore
 from robot_rl.data.recorder import EpisodeRecorder
 from robot_rl.hil import (
@@ -99,7 +99,7 @@ def _run(env, policy, human, steps, seed=0):
 
 
 def test_scripted_human_corrects_a_stuck_policy_within_its_budget_and_leaves_the_expert_alone():
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     env = sim.make("lift", num_envs=4)
     stuck = lambda obs: np.tile(env.action_space.neutral, (4, 1))  # noqa: E731  holds still, gripper open
@@ -128,7 +128,7 @@ def test_scripted_human_always_drives_every_step_and_rejects_bad_settings():
 
 class ExpertRunner:
     def __init__(self, env):
-        from sim.experts import make_expert
+        from robot_rl.sim.experts import make_expert
 
         self.expert = make_expert(env)
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sim
-from policies.expert import ExpertPolicy
+from robot_rl import sim
+from robot_rl.policies.expert import ExpertPolicy
 from robot_rl.data import EpisodeStore
 from robot_rl.data.collect import collect
 from robot_rl.rl.learner import LearnerConfig
-from policies.residual import ResidualConfig
+from robot_rl.policies.residual import ResidualConfig
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
 from robot_rl.common.run_log import RunLog
-from sim.experts import make_expert
+from robot_rl.sim.experts import make_expert
 
 
 class OffsetExpert(ExpertPolicy):

@@ -16,7 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT = Path(sys.executable).with_name("lint-imports")
-MODULE_STRING = re.compile(r"((?:robot_rl|real|policies|sim)(?:\.\w+)+)(?::\w+)?")
+MODULE_STRING = re.compile(r"(robot_rl(?:\.\w+)+)(?::\w+)?")
+# the folders of robot_rl's modules: robot_rl/, and the top-level folders it links as robot_rl.<name>
+PACKAGES = {"robot_rl": "robot_rl", "sim": "robot_rl.sim", "policies": "robot_rl.policies", "real": "robot_rl.real"}
 
 
 def layer_order() -> list[list[str]]:
@@ -37,10 +39,10 @@ def rank(module: str, layers: list[list[str]]) -> int | None:
 def string_back_edges(top: Path) -> list[str]:
     """'file:line source -> target' for every string naming a module of a higher layer than its file's."""
     layers, edges = layer_order(), []
-    for package in ("sim", "robot_rl", "policies", "real"):
-        for path in sorted((top / package).rglob("*.py")):
-            parts = path.relative_to(top).with_suffix("").parts
-            source = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for package, name in PACKAGES.items():
+        for path in sorted((top / package).rglob("*.py")):  # rglob does not follow robot_rl/'s links
+            parts = path.relative_to(top / package).with_suffix("").parts
+            source = ".".join((name, *(parts[:-1] if parts[-1] == "__init__" else parts)))
             r_src = rank(source, layers)
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -63,15 +65,15 @@ def test_layers_contract_holds():
 
 
 def test_layers_contract_fails_on_a_back_edge(tmp_path):
-    for package in ("sim", "robot_rl", "policies", "real"):
-        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for package in PACKAGES:  # robot_rl/'s links stay links, to the copies
+        shutil.copytree(ROOT / package, tmp_path / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     with open(tmp_path / "sim" / "rng.py", "a") as f:  # a function-level import, as lazy imports are written
-        f.write("\n\ndef _uses_the_deploy_node():\n    from real import node  # noqa: F401\n")
+        f.write("\n\ndef _uses_the_deploy_node():\n    from robot_rl.real import node  # noqa: F401\n")
     proc = lint(tmp_path, tmp_path)
     assert proc.returncode != 0
-    assert "sim is not allowed to import real" in proc.stdout
-    assert "sim.rng -> real.node" in proc.stdout
+    assert "robot_rl.sim is not allowed to import robot_rl.real" in proc.stdout
+    assert "robot_rl.sim.rng -> robot_rl.real.node" in proc.stdout
 
 
 def test_no_module_names_a_higher_layer_in_a_string():
@@ -83,4 +85,4 @@ def test_a_registry_string_naming_a_higher_layer_is_found(tmp_path):
     (tmp_path / "policies" / "__init__.py").write_text('REGISTRY = {"residual": "robot_rl.rl.train:Workspace"}\n')
     for package in ("sim", "robot_rl", "real"):
         (tmp_path / package).mkdir()
-    assert string_back_edges(tmp_path) == ["policies/__init__.py:1 policies -> robot_rl.rl.train"]
+    assert string_back_edges(tmp_path) == ["policies/__init__.py:1 robot_rl.policies -> robot_rl.rl.train"]

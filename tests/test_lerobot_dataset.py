@@ -31,9 +31,9 @@ ATTRS = ("task", "instruction", "source", "success", "seed", "metadata")
 @pytest.fixture(scope="module")
 def cam_store(tmp_path_factory) -> Path:
     """3 scripted lift episodes (<= 30 steps) with front and wrist cameras, 24x32 (H != W)."""
-    import sim
+    from robot_rl import sim
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     path = tmp_path_factory.mktemp("cams") / "lift.zarr"
     env = sim.make("lift", num_envs=2, cameras=["front", "wrist"], image_size=[24, 32], task_config={"episode_steps": 30})

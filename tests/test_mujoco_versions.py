@@ -10,7 +10,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from sim.make import check_mjx_mujoco
+from robot_rl.sim.make import check_mjx_mujoco
 from tests.conftest import assert_one_line_error, run_cli
 
 

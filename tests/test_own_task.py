@@ -77,14 +77,14 @@ def test_own_task_runs_the_whole_loop(reach_site, tmp_path, monkeypatch):
 
 def test_registered_in_process_and_clashes(reach_site, monkeypatch):
     """register_task / register_expert for the process that calls them; a name given twice is one clear error."""
-    from sim.experts import EXPERTS, make_expert, register_expert
-    from sim.registry import RegistryError
-    from sim.tasks import TASKS, register_task
+    from robot_rl.sim.experts import EXPERTS, make_expert, register_expert
+    from robot_rl.sim.registry import RegistryError
+    from robot_rl.sim.tasks import TASKS, register_task
 
     monkeypatch.syspath_prepend(str(reach_site))
     import reach_task
 
-    import sim
+    from robot_rl import sim
 
     monkeypatch.setattr(TASKS, "_entries", None)  # this process's registries, rebuilt without the entry points' site
     monkeypatch.setattr(EXPERTS, "_entries", None)

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import sim  # first: it picks MUJOCO_GL (EGL when headless) before mujoco is imported
+from robot_rl import sim  # first: it picks MUJOCO_GL (EGL when headless) before mujoco is imported
 
 import mujoco
 import numpy as np
 import pytest
 import yaml
 
-from sim import kinematics as kin
-from sim import robot
-from sim.experts import make_expert, run_episodes
-from sim.task import Phys
-from sim.tasks import TASKS
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim import robot
+from robot_rl.sim.experts import make_expert, run_episodes
+from robot_rl.sim.task import Phys
+from robot_rl.sim.tasks import TASKS
 from tests.conftest import ROOT, run_main
 
 ROBOT = "panda_menagerie"
@@ -108,5 +108,5 @@ def test_a_missing_menagerie_install_is_one_line_naming_the_install_command(tmp_
                                                 f"env.robot={ROBOT}", f"hydra.run.dir={tmp_path / 'run'}"],
                               capsys, monkeypatch)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "python -m sim.menagerie" in err and "env.robot=primitive" in err
+    assert "python -m robot_rl.sim.menagerie" in err and "env.robot=primitive" in err
     assert not Path(tmp_path / "assets").exists()

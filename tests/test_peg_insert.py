@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sim
-from sim.config import ConfigError
-from sim.experts import make_expert, run_episodes
+from robot_rl import sim
+from robot_rl.sim.config import ConfigError
+from robot_rl.sim.experts import make_expert, run_episodes
 
 
 @pytest.mark.parametrize("clearance", [0.0, -0.001, 0.004])
@@ -39,7 +39,7 @@ def test_shapes_and_reset_regions():
 def test_task_functions_match_under_jax_vmap():
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
-    from sim.task import Phys
+    from robot_rl.sim.task import Phys
 
     env = sim.make("peg_insert", num_envs=4)
     task = env.task

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-from policies import BasePolicy, PolicySpec, SpecMismatch, load_policy
-from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy, ddim_coefficients
-from policies.runner import PolicyRunner
+from robot_rl import sim
+from robot_rl.policies import BasePolicy, PolicySpec, SpecMismatch, load_policy
+from robot_rl.policies.diffusion.policy import DiffusionConfig, DiffusionPolicy, ddim_coefficients
+from robot_rl.policies.runner import PolicyRunner
 from robot_rl.common.checkpoint import CheckpointError
 from robot_rl.data.stats import KeyStats
 
@@ -157,7 +157,7 @@ def test_temperature_scales_the_sampling_noise_and_zero_is_deterministic(lift_en
 
 @pytest.mark.parametrize("stride", [1, 2])
 def test_temporal_conv_equals_torch_conv1d(stride):
-    from policies.diffusion.unet import TemporalConv
+    from robot_rl.policies.diffusion.unet import TemporalConv
 
     conv = TemporalConv(6, 10, 5 if stride == 1 else 3, stride=stride)
     x = torch.randn(3, 16, 6)  # channels-last [B, T, C]
@@ -223,8 +223,8 @@ def test_runner_executes_chunks_open_loop_and_queries_only_envs_that_ran_out():
 
 
 def test_expert_policy_through_the_runner_solves_lift():
-    from policies.expert import ExpertPolicy
-    from sim.experts import run_episodes
+    from robot_rl.policies.expert import ExpertPolicy
+    from robot_rl.sim.experts import run_episodes
 
     env = sim.make("lift", num_envs=4)
     pol = ExpertPolicy(env)

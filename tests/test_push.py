@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import sim
-from sim import kinematics as kin
-from sim.experts import make_expert
-from sim.task import neutral_params
+from robot_rl import sim
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim.experts import make_expert
+from robot_rl.sim.task import neutral_params
 
 
 def test_goal_is_sampled_inside_the_reachable_box_and_away_from_the_cube():

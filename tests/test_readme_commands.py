@@ -103,7 +103,7 @@ def composed():
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="configs", version_base=None):
+    with initialize_config_module(config_module="robot_rl.configs", version_base=None):
         yield {name: compose(config_name=name) for name in sorted({HYDRA[c] for c, _ in hydra_commands()})}
     GlobalHydra.instance().clear()
 

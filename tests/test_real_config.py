@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from real.config import DeployConfigError, check_against_model, deploy_config
+from robot_rl.real.config import DeployConfigError, check_against_model, deploy_config
 from tests.conftest import assert_one_line_error, run_cli
 
 
@@ -13,7 +13,7 @@ def compose(*overrides: str, config: str = "deploy"):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
-    with initialize_config_module(config_module="configs", version_base=None):
+    with initialize_config_module(config_module="robot_rl.configs", version_base=None):
         return hydra_compose(config_name=config, overrides=list(overrides))
 
 
@@ -24,13 +24,13 @@ def deploy_cfg(*overrides: str):
 
 
 def lift_env(**overrides):
-    import sim
+    from robot_rl import sim
 
     return sim.make("lift", backend="mujoco", num_envs=1, **overrides)
 
 
 def model_joints_of(env):
-    from real.node import model_joints
+    from robot_rl.real.node import model_joints
 
     return model_joints(env)
 
@@ -130,7 +130,7 @@ def test_sim_driver_refuses_unknown_joints(tmp_path):
 
 def wrong_task_policy(env):
     """The lift expert claiming to be a push policy: its spec no longer fits the env."""
-    from policies.expert import ExpertPolicy
+    from robot_rl.policies.expert import ExpertPolicy
 
     p = ExpertPolicy(env)
     p.spec.task = "push"

@@ -71,10 +71,10 @@ def test_driver_and_node_processes_complete_lift_episodes_over_dds(tmp_path):
     assert f"reset token {token_file.read_text().strip()} " in node.stdout
 
     # the same seeds in-process: the episodes start from identical states
-    import sim
-    from policies.expert import ExpertPolicy
-    from policies.runner import PolicyRunner
-    from sim.experts import run_episodes
+    from robot_rl import sim
+    from robot_rl.policies.expert import ExpertPolicy
+    from robot_rl.policies.runner import PolicyRunner
+    from robot_rl.sim.experts import run_episodes
 
     sim_env = sim.make("lift", backend="mujoco", num_envs=1, randomization={"action_latency": [2, 2]})
     ref = run_episodes(sim_env, PolicyRunner(ExpertPolicy(sim_env), 1), EPISODES, seed=0)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
 
-from real import messages as M
-from real.message_convert import convert_from, convert_to, rosbags_byte_seq, rosbags_float_seq, to_rosbags
+from robot_rl.real import messages as M
+from robot_rl.real.message_convert import convert_from, convert_to, rosbags_byte_seq, rosbags_float_seq, to_rosbags
 
 STORES = [Stores.ROS2_HUMBLE, Stores.ROS2_JAZZY]
 

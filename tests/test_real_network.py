@@ -20,8 +20,8 @@ import types
 
 import pytest
 
-from real import messages as M
-from real.qos import RELIABLE
+from robot_rl.real import messages as M
+from robot_rl.real.qos import RELIABLE
 
 SIOCGIFADDR = 0x8915
 # an RTPS message header (protocol 2.5, vendor 1.16, a GUID prefix) and an INFO_TS submessage: what a participant on
@@ -66,7 +66,7 @@ def udp_table() -> dict[tuple[str, int], int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/net/udp and socket filters are Linux's")
 def test_loopback_profile_drops_datagrams_sent_to_other_local_addresses():
-    from real.transport_dds import DdsTransport
+    from robot_rl.real.transport_dds import DdsTransport
 
     other = non_loopback_ipv4()
     if other is None:
@@ -170,7 +170,7 @@ def test_rclpy_transport_joins_the_configured_domain_with_the_launch_ros_argumen
     launched = ["/usr/bin/python3", "/ws/install/robot_rl_ros/lib/robot_rl_ros/robot_rl_deploy", "policy:=/ckpt",
                 "--ros-args", "-r", "__node:=robot_rl_deploy", "-r", "/joint_states:=/panda/joint_states"]
     monkeypatch.setattr(sys, "orig_argv", launched)
-    from real.transport import make_transport
+    from robot_rl.real.transport import make_transport
 
     t = make_transport("rclpy", name="robot_rl_deploy", domain_id=42)
     t.close()
@@ -195,7 +195,7 @@ def test_dds_security_xml_configures_cyclones_three_plugins_with_every_file(tmp_
     `file:` URI in its element, the builtin plugins named with their entry points; odd characters survive the XML."""
     import xml.etree.ElementTree as ET
 
-    from real.cyclonedds_config import security_xml
+    from robot_rl.real.cyclonedds_config import security_xml
 
     d = tmp_path / "keys & certs <1>"
     d.mkdir()
@@ -228,7 +228,7 @@ def test_dds_security_xml_configures_cyclones_three_plugins_with_every_file(tmp_
 
 
 def test_dds_security_config_takes_all_six_files_or_none(tmp_path):
-    from real.config import DeployConfigError
+    from robot_rl.real.config import DeployConfigError
     from tests.test_real_config import deploy_cfg
 
     for k in SECURITY_FILES:
@@ -249,8 +249,8 @@ def test_dds_security_config_takes_all_six_files_or_none(tmp_path):
 def test_dds_security_without_cyclone_security_names_the_fix(tmp_path):
     """The PyPI cyclonedds wheel has no DDS Security (its configuration parser rejects <Security>): a secured transport
     stops with the fix instead of running unsecured."""
-    from real.cyclonedds_config import has_dds_security
-    from real.transport_dds import DdsTransport
+    from robot_rl.real.cyclonedds_config import has_dds_security
+    from robot_rl.real.transport_dds import DdsTransport
 
     if has_dds_security():
         pytest.skip("this Cyclone DDS has DDS Security (test_secured_node_admits_only_authenticated_participants runs)")
@@ -329,9 +329,9 @@ def make_identities(d, domain: int, names: list[str]) -> dict[str, dict[str, str
 # /sec/reset, counts what it hears on /sec/status, prints that count as JSON.
 PEER = """
 import json, sys, time
-from real import messages as M
-from real.qos import RELIABLE
-from real.transport_dds import DdsTransport
+from robot_rl.real import messages as M
+from robot_rl.real.qos import RELIABLE
+from robot_rl.real.transport_dds import DdsTransport
 name, domain, security, duration = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), float(sys.argv[4])
 t = DdsTransport(domain, loopback=True, security=security)
 pub, sub = t.publisher("/sec/reset", M.String, RELIABLE), t.subscribe("/sec/status", M.String, RELIABLE)
@@ -348,8 +348,8 @@ def test_secured_node_admits_only_authenticated_participants(tmp_path):
     """With a Cyclone DDS that has DDS Security (not the PyPI wheel: docs/security.md builds one), a node configured
     through deploy.dds_security exchanges data with a participant holding a certificate and permissions of its
     CAs, and with neither an unauthenticated participant nor one whose certificate another CA signed."""
-    from real.cyclonedds_config import has_dds_security
-    from real.transport_dds import DdsTransport
+    from robot_rl.real.cyclonedds_config import has_dds_security
+    from robot_rl.real.transport_dds import DdsTransport
 
     if not has_dds_security():
         pytest.skip("the Cyclone DDS that Python loads has no DDS Security (the PyPI wheel); docs/security.md builds one")

@@ -18,11 +18,11 @@ import uuid
 import numpy as np
 import pytest
 
-from real import messages as M
-from real.blending import ChunkBlender
-from real.config import Blending
-from real.qos import ESTOP, LATEST, RELIABLE
-from real.tick_clock import TickClock
+from robot_rl.real import messages as M
+from robot_rl.real.blending import ChunkBlender
+from robot_rl.real.config import Blending
+from robot_rl.real.qos import ESTOP, LATEST, RELIABLE
+from robot_rl.real.tick_clock import TickClock
 from tests.test_real_config import deploy_cfg, lift_env
 
 
@@ -35,7 +35,7 @@ def topic_overrides(ns: str) -> list[str]:
 def saved_base_and_residual(tmp_path):
     """(base dir, residual dir): a small diffusion base for lift and a residual on it whose actor is perturbed away
     from zero (so it changes the base's actions), both saved as checkpoints."""
-    from policies.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
     from tests.test_rl_residual import _diffusion, _perturb
 
     env = lift_env()
@@ -53,11 +53,11 @@ class Rig:
                  on_chunk=None, env: dict | None = None, prestart=None):
         """env: overrides of both lift envs (e.g. control_hz); prestart(rig): runs once the operator's publishers exist,
         before the node does (default: the e-stop button publishes its released state, as a button bridge does)."""
-        from real.inference import InferenceWorker
-        from real.node import ControlNode, bag_topics
-        from real.recording import DeploymentRecorder
-        from real.sim_driver import SimDriver
-        from real.transport_dds import DdsTransport
+        from robot_rl.real.inference import InferenceWorker
+        from robot_rl.real.node import ControlNode, bag_topics
+        from robot_rl.real.recording import DeploymentRecorder
+        from robot_rl.real.sim_driver import SimDriver
+        from robot_rl.real.transport_dds import DdsTransport
 
         self.ns = "t" + uuid.uuid4().hex[:10]
         domain = random.randint(1, 99)
@@ -250,7 +250,7 @@ class RaisingPolicy:
     """The scripted expert, until its fifth chunk: then it raises, as a crashing model would."""
 
     def __new__(cls, env):
-        from policies.expert import ExpertPolicy
+        from robot_rl.policies.expert import ExpertPolicy
 
         class _Raising(ExpertPolicy):
             calls = 0
@@ -279,7 +279,7 @@ class SlowFirstChunkPolicy:
     """The scripted expert whose first chunk of an episode takes 0.4 s (a cold model, a loaded machine)."""
 
     def __new__(cls, env):
-        from policies.expert import ExpertPolicy
+        from robot_rl.policies.expert import ExpertPolicy
 
         class _Slow(ExpertPolicy):
             fresh = True
@@ -311,7 +311,7 @@ def test_teleop_takeover_switches_the_command_source_and_flags_the_recording(rig
 
     rig = rig_factory(record=True)
     rig.wait_for(running, what="the node to run an episode")
-    from real.teleop import TeleopPublisher
+    from robot_rl.real.teleop import TeleopPublisher
 
     tool = TeleopPublisher(rig.t_op, rig.cfg.topics.teleop)  # what a teleop device bridge uses
     up = [0.0, 0.0, 1.0, 1.0]  # move up with the gripper open: not what the expert does at the start
@@ -375,7 +375,7 @@ class ConstantResidual:
 
 
 def test_residual_is_added_to_every_executed_action_and_recorded(rig_factory):
-    from real.residual import load_residual
+    from robot_rl.real.residual import load_residual
     from robot_rl.data.episode_store import EpisodeStore
 
     res = load_residual({"_target_": "tests.test_real_node.ConstantResidual", "delta": [0.0, 0.0, 0.0, -2.0]})
@@ -412,9 +412,9 @@ def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig
     """policy=<base> residual=<residual checkpoint>: the base's chunks come from the worker, the residual runs in
     the loop; on the recorded observations each executed action equals what the in-process ResidualPolicy (the
     evaluation path: PolicyRunner, ChunkQueue, compose) computes from the same base actions."""
-    from policies import load_policy
-    from policies.runner import PolicyRunner
-    from real.residual import load_residual
+    from robot_rl.policies import load_policy
+    from robot_rl.policies.runner import PolicyRunner
+    from robot_rl.real.residual import load_residual
     from robot_rl.data.episode_store import EpisodeStore
 
     base_dir, res_dir = saved_base_and_residual(tmp_path)
@@ -450,9 +450,9 @@ def test_trained_residual_in_the_loop_acts_as_the_in_process_residual_policy(rig
 
 
 def test_residual_checkpoint_on_another_base_is_refused(tmp_path):
-    from policies.base import SpecMismatch
-    from policies.residual import ResidualConfig, ResidualPolicy
-    from real.residual import load_residual
+    from robot_rl.policies.base import SpecMismatch
+    from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.real.residual import load_residual
     from tests.test_rl_residual import _diffusion
 
     env = lift_env()
@@ -468,7 +468,7 @@ def test_residual_checkpoint_on_another_base_is_refused(tmp_path):
 
 # ---- observation, blending, clock (no DDS) --------------------------------------------------------------
 def test_observation_from_joint_states_matches_sim():
-    from real.observation import ObservationModel
+    from robot_rl.real.observation import ObservationModel
 
     env = lift_env()
     try:
@@ -489,7 +489,7 @@ def test_observation_from_joint_states_matches_sim():
 def test_observation_from_joint_states_matches_sim_while_the_arm_moves():
     # the sim's frame sensors describe the same instant as its joint positions, so forward kinematics of a joint
     # state gives the policy exactly the observation it had in sim, also at speed
-    from real.observation import ObservationModel
+    from robot_rl.real.observation import ObservationModel
 
     env = lift_env()
     try:
@@ -588,9 +588,9 @@ def test_the_node_feeds_the_policy_the_actions_it_commanded_as_the_sim_env_does(
 def test_the_sim_driver_takes_the_randomizations_latency_noise_task_config_and_the_policys_history_from_env_overrides():
     # the dry run hands both commands env_overrides(env_cfg): the driver's robot then has the episode's drawn
     # action latency (the same draw as sim), the observation noise, and the node the policy's action history
-    import sim
-    from real.sim_driver import SimDriver
-    from real.transport_dds import DdsTransport
+    from robot_rl import sim
+    from robot_rl.real.sim_driver import SimDriver
+    from robot_rl.real.transport_dds import DdsTransport
     from robot_rl.dry_run import env_overrides
     from tests.test_real_config import compose
 
@@ -625,8 +625,8 @@ def test_the_sim_driver_takes_the_randomizations_latency_noise_task_config_and_t
 def test_the_sim_driver_puts_the_randomizations_observation_noise_on_the_object_not_on_the_joint_encoders():
     # sim adds obs_noise_std to observations only; on the wire, joint-state noise would also shake the node's IK
     # (peg_insert expert dry run with 5 mm on joint states: 1/5, on the object only: 10/10; docs/results/sim2real.md)
-    import sim
-    from real.cli.sim_driver import driver_noise
+    from robot_rl import sim
+    from robot_rl.real.cli.sim_driver import driver_noise
     from tests.test_real_config import compose
 
     cfg = compose("randomization=sim2real", config="sim_driver")
@@ -638,7 +638,7 @@ def test_the_sim_driver_puts_the_randomizations_observation_noise_on_the_object_
 
 
 def test_ik_anchor_leads_from_the_measured_pose_toward_the_last_command_at_most_lead_m():
-    from real.observation import ObservationModel
+    from robot_rl.real.observation import ObservationModel
 
     env = lift_env()
     try:

@@ -15,8 +15,8 @@ import uuid
 
 import numpy as np
 
-from real import messages as M
-from real.qos import LATEST, RELIABLE
+from robot_rl.real import messages as M
+from robot_rl.real.qos import LATEST, RELIABLE
 from tests.test_real_node import Rig, rig_factory, running  # noqa: F401 - rig_factory: the fixture
 
 # every tick a policy step (the sim driver and the node at 100 Hz), one episode for the whole test
@@ -311,7 +311,7 @@ class RandomPolicy:
     horizon = 2
 
     def __new__(cls, env):
-        from policies.base import BasePolicy, PolicySpec
+        from robot_rl.policies.base import BasePolicy, PolicySpec
 
         rng = np.random.default_rng(cls.seed)
         spec = PolicySpec(task=env.cfg.task, obs_dims=dict(env.obs_dims), action_dim=env.action_dim,
@@ -341,7 +341,7 @@ class CommandObserver:
     was published)."""
 
     def __init__(self, domain: int, topic: str):
-        from real.transport_dds import DdsTransport
+        from robot_rl.real.transport_dds import DdsTransport
 
         self.transport = DdsTransport(domain, loopback=True)
         self.reader = self.transport.subscribe(topic, M.Float64MultiArray, RELIABLE).reader
@@ -374,7 +374,7 @@ SOURCE_SLACK_S = 0.0005  # clock reading differences only: a command's time is w
 def observe_random_policy(rig_factory, actions: int, commands: int, extra: tuple = ()) -> tuple[Rig, dict]:
     """Run the node with RandomPolicy at 100 Hz policy steps until at least `actions` policy actions came out and
     `commands` commands went out; audit every command received over wall-clock time."""
-    from real.command_audit import audit
+    from robot_rl.real.command_audit import audit
 
     observers = []
     rig = rig_factory(policy="tests.test_real_node_safety:RandomPolicy", env=FAST_ENV, extra=extra,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from real import messages as M
+from robot_rl.real import messages as M
 from tests.test_real_config import compose, lift_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def _launched_args(node, values: dict) -> list[str]:
 
 def _argv(node, values: dict) -> list[str]:
     """The node's argv as Hydra gets it (real.cli.deploy.ros_main: ROS arguments removed, hydra_argv)."""
-    from real.cli.deploy import hydra_argv
+    from robot_rl.real.cli.deploy import hydra_argv
 
     return hydra_argv(["robot_rl_deploy"] + _launched_args(node, values))
 
@@ -130,7 +130,7 @@ def test_launch_file_starts_the_deploy_executable_with_declared_arguments(launch
     # with every default, the command line composes into a valid config (ros2 profile, rclpy transport)
     argv = _argv(node, declared)
     cfg = compose(*argv[1:])
-    from real.cli.deploy import check_command_config
+    from robot_rl.real.cli.deploy import check_command_config
 
     env_cfg, dcfg = check_command_config(cfg)
     assert dcfg.transport == "rclpy" and cfg.policy == "expert" and dcfg.limits_file is None
@@ -143,9 +143,9 @@ def test_launch_file_starts_the_deploy_executable_with_declared_arguments(launch
 def test_launch_arguments_reach_the_node_configuration(launch_file, tmp_path):
     import yaml
 
-    from real.cli.deploy import check_command_config
-    from real.config import check_against_model
-    from real.node import model_joints
+    from robot_rl.real.cli.deploy import check_command_config
+    from robot_rl.real.config import check_against_model
+    from robot_rl.real.node import model_joints
 
     desc = launch_file.generate_launch_description()
     declared = _declared(desc, environ={})
@@ -265,7 +265,7 @@ def test_colcon_built_executable_runs_with_the_system_python_and_readme_pythonpa
 
 
 def test_rclpy_transport_without_ros2_names_the_fix():
-    from real.transport import make_transport
+    from robot_rl.real.transport import make_transport
 
     with pytest.raises(RuntimeError, match="transport=rclpy needs ROS 2's rclpy.*use transport=dds"):
         make_transport("rclpy", name="robot_rl_deploy")

@@ -14,7 +14,7 @@ import numpy as np
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
-from real import messages as M
+from robot_rl.real import messages as M
 from tests.conftest import assert_one_line_error, run_cli
 
 DT_NS = 50_000_000  # 20 Hz
@@ -22,9 +22,9 @@ TELEOP_STEPS = range(6, 9)
 
 
 def write_expert_bag(path, seed: int = 3):
-    import sim
-    from policies.expert import ExpertPolicy
-    from sim import robot
+    from robot_rl import sim
+    from robot_rl.policies.expert import ExpertPolicy
+    from robot_rl.sim import robot
 
     env = sim.make("lift", backend="mujoco", num_envs=1)
     policy = ExpertPolicy(env)
@@ -114,7 +114,7 @@ def test_import_rosbag_refuses_missing_bags_and_bags_without_commands(tmp_path, 
 def test_a_start_the_driver_repeated_until_the_node_acknowledged_is_one_episode():
     """The sim driver (and a robot's) repeats an episode's start event until the node acknowledges it; the node
     restarts on each repeat, so the bag's episode begins at the last repeat, and no partial episode is invented."""
-    from real.rosbag_import import _segments
+    from robot_rl.real.rosbag_import import _segments
 
     def ev(t, **d):
         return (t, M.String(data=json.dumps(d)))

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from real import episode_events
-from real.messages import String
-from real.observation import ObservationModel
-from real.safety import Mode, SafetyFilter
-from sim import robot
+from robot_rl.real import episode_events
+from robot_rl.real.messages import String
+from robot_rl.real.observation import ObservationModel
+from robot_rl.real.safety import Mode, SafetyFilter
+from robot_rl.sim import robot
 from tests.test_real_config import deploy_cfg, lift_env
 
 HOME = np.append(robot.HOME_QPOS, [0.04, 0.04])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from robot_rl.benchmark import default_tasks
 from robot_rl.recipes import recommended_settings
-from sim.tasks import TASKS
+from robot_rl.sim.tasks import TASKS
 
 
 def test_each_command_names_the_peg_recipe_in_its_own_keys():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sim
+from robot_rl import sim
 from robot_rl.video import read_mp4_frames, write_mp4
 
 

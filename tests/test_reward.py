@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.base import SpecMismatch
+from robot_rl.policies.base import SpecMismatch
 from robot_rl.common.checkpoint import CheckpointError
 from robot_rl.reward import LearnedReward, RewardModel, RewardSpec, load_reward_model, potential_shaping
 from robot_rl.reward import labels as L
@@ -104,11 +104,11 @@ def test_collected_episodes_keep_their_final_observation_and_the_reward_data_end
     success state, one step past the last stored one. load_episodes appends it as the episode's last row."""
     import json
 
-    import sim
+    from robot_rl import sim
     from robot_rl.data import EpisodeStore
     from robot_rl.data.collect import collect
     from robot_rl.reward.episodes import final_observations, load_episodes
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     env = sim.make("lift", num_envs=2, threads=1, task_config={"episode_steps": 60})
     try:
@@ -309,9 +309,9 @@ def test_a_policy_checkpoint_is_not_taken_for_a_reward_model(tmp_path):
 
 
 def test_residual_rl_is_warned_when_the_reward_model_saw_no_rollouts_of_its_base():
-    import sim
+    from robot_rl import sim
     from robot_rl.reward.model import rollout_mismatch
-    from policies.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
 
     env = sim.make("lift", num_envs=1)
     try:

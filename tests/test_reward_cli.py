@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-import sim
+from robot_rl import sim
 from robot_rl.data import EpisodeStore
 from tests.conftest import assert_one_line_error, run_cli
 
@@ -30,7 +30,7 @@ class Still:
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     root = tmp_path_factory.mktemp("reward_data")
     env = sim.make("lift", num_envs=4, task_config={"episode_steps": 40})
@@ -99,10 +99,10 @@ def test_train_reward_refuses_a_store_of_another_task(stores, tmp_path, cli_here
 
 
 def test_collect_policy_records_rollouts_with_source_policy(stores, tmp_path):
-    from policies import load_policy
+    from robot_rl.policies import load_policy
     from robot_rl.reward import load_reward_model
     from robot_rl.reward.model import rollout_mismatch
-    from policies.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
 
     env = sim.make("lift", num_envs=2)
     ResidualPolicy.build(None, ResidualConfig(), env=env).save(tmp_path / "policy")  # zero actions: failures
@@ -170,7 +170,7 @@ def test_failed_states_are_compared_in_the_tasks_progress_columns(stores, traine
 @pytest.mark.parametrize("task", sorted(sim.TASKS))
 def test_every_tasks_progress_columns_fit_its_observations(task):
     from robot_rl.reward.episodes import parse_selectors
-    from sim.tasks import TASKS
+    from robot_rl.sim.tasks import TASKS
 
     env = sim.make(task, num_envs=1)
     try:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-from policies.base import SpecMismatch
+from robot_rl import sim
+from robot_rl.policies.base import SpecMismatch
 from robot_rl.data import EpisodeStore
 from robot_rl.data.episode_store import Episode
 from robot_rl.reward import LearnedReward, RewardModel, RewardSpec, load_reward_model
@@ -195,7 +195,7 @@ def _image_model(seed: int = 0, task: str = "color_lift") -> RewardModel:
 
 def test_collector_computes_the_learned_reward_from_frames_and_episode_instructions(env):
     from robot_rl.rl.replay import Replay
-    from policies.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
     from robot_rl.rl.rollout import Collector
 
     model = _image_model()

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-from policies.expert import ExpertPolicy
-from policies.residual import ResidualConfig, ResidualPolicy
+from robot_rl import sim
+from robot_rl.policies.expert import ExpertPolicy
+from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
 from robot_rl.reward import LearnedReward, RewardModel, RewardSpec
 from robot_rl.reward.episodes import Episodes
 from robot_rl.reward.online import LabelConfig, OnlineReward
@@ -265,7 +265,7 @@ def test_a_weak_reward_model_ends_no_worse_than_its_base_and_says_why(tmp_path):
     from robot_rl.reward.episodes import load_episodes
     from robot_rl.reward.train import RewardTrainConfig, train_reward
     from robot_rl.rl.train import train
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     torch.manual_seed(0)
     env = sim.make("lift", num_envs=8, threads=1, task_config={"episode_steps": 40})

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-from policies.base import SpecMismatch
+from robot_rl import sim
+from robot_rl.policies.base import SpecMismatch
 from robot_rl.reward import LearnedReward, RewardModel, RewardSpec
 from robot_rl.reward.shaping import relabel_replay
 from robot_rl.rl.replay import Replay
-from policies.residual import ResidualConfig, ResidualPolicy
+from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
 from robot_rl.rl.rollout import Collector
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
 

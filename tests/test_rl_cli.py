@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-import sim
+from robot_rl import sim
 from conftest import assert_one_line_error, run_cli, run_main
-from policies import load_policy
-from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
+from robot_rl.policies import load_policy
+from robot_rl.policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
 from robot_rl.data.stats import KeyStats
 from robot_rl.rl.compare import plot_comparison
 

@@ -11,7 +11,7 @@ import torch
 
 from robot_rl.rl.critic import EnsembleCritic
 from robot_rl.rl.learner import Learner, LearnerConfig
-from policies.residual import ResidualActor, ResidualConfig
+from robot_rl.policies.residual import ResidualActor, ResidualConfig
 
 OBS, ACT = 6, 2
 

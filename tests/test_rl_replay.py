@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies.base import BasePolicy, PolicySpec
+from robot_rl.policies.base import BasePolicy, PolicySpec
 from robot_rl.rl.replay import Replay, demo_replay, sample_mixed
 
 GAMMA = 0.5

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-from policies import load_policy
-from policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
-from policies.runner import PolicyRunner
+from robot_rl import sim
+from robot_rl.policies import load_policy
+from robot_rl.policies.diffusion.policy import DiffusionConfig, DiffusionPolicy
+from robot_rl.policies.runner import PolicyRunner
 from robot_rl.common.checkpoint import CheckpointError
 from robot_rl.data.stats import KeyStats
-from policies.residual import ResidualConfig, ResidualPolicy
+from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
 
 SMALL = DiffusionConfig(dims=(16, 32), step_embed_dim=16, pred_horizon=8, action_horizon=4, inference_steps=4,
                         train_steps=20, jit=False)
@@ -144,7 +144,7 @@ def test_residual_without_a_base_adds_to_zero_and_round_trips(lift_env, tmp_path
 
 
 def test_residual_on_a_base_that_is_code_cannot_be_loaded_alone(lift_env, tmp_path):
-    from policies.expert import ExpertPolicy
+    from robot_rl.policies.expert import ExpertPolicy
 
     path = ResidualPolicy.build(ExpertPolicy(lift_env), ResidualConfig()).save(tmp_path / "on_expert")
     with pytest.raises(CheckpointError, match="ExpertPolicy base"):
@@ -159,7 +159,7 @@ def test_bad_residual_config_values_are_named():
 
 
 def test_a_base_and_residual_read_the_action_history_and_the_zero_residual_is_still_the_base():
-    from policies.base import SpecMismatch
+    from robot_rl.policies.base import SpecMismatch
 
     env = sim.make("lift", num_envs=3, threads=1, action_history=2, task_config={"episode_steps": 12})
     try:

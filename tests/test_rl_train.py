@@ -9,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
-import sim
-from policies import SpecMismatch, load_policy
-from policies.expert import ExpertPolicy
+from robot_rl import sim
+from robot_rl.policies import SpecMismatch, load_policy
+from robot_rl.policies.expert import ExpertPolicy
 from robot_rl.evaluation import evaluate_policy
 from robot_rl.rl.learner import LearnerConfig
-from policies.residual import ResidualConfig
+from robot_rl.policies.residual import ResidualConfig
 from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace, from_scratch, train
 from robot_rl.train_bc import ResumeMismatch
 
@@ -217,7 +217,7 @@ def test_short_residual_training_fixes_a_biased_base(tmp_path):
     third of its episodes succeed); 20 expert demos. 2400 env steps (~500 updates) bring it near 90%."""
     from robot_rl.data import EpisodeStore
     from robot_rl.data.collect import collect
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     env = sim.make("lift", num_envs=16, threads=1, task_config={"episode_steps": 40})
     try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-import sim
-from sim import kinematics as kin
-from sim import robot
-from sim.task import Phys
+from robot_rl import sim
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim import robot
+from robot_rl.sim.task import Phys
 
 
 def _phys(env, q):

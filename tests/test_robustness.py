@@ -64,7 +64,7 @@ def test_one_card_compares_the_expert_and_a_checkpoint(tiny, tmp_path, capsys, m
 
 def test_camera_factors_are_swept_only_for_policies_that_read_cameras():
     from robot_rl.robustness import FACTORS, RobustnessConfig, plan, sweep, table
-    from sim.config import RandomizationConfig
+    from robot_rl.sim.config import RandomizationConfig
 
     def names(levels):
         return list(dict.fromkeys(lv.factor.name for lv in levels))

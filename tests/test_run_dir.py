@@ -47,8 +47,8 @@ def _state(module) -> dict:
 
 @pytest.mark.parametrize("kind", ["residual", "hil", "distributed"])
 def test_residual_hil_and_distributed_learners_start_from_the_same_weights_for_one_seed(kind, tiny, tmp_path):
-    import sim
-    from policies import load_policy
+    from robot_rl import sim
+    from robot_rl.policies import load_policy
     from robot_rl.rl.train import ResidualRLConfig, ResidualWorkspace
 
     cfg = ResidualRLConfig(residual={"hidden": [16]},

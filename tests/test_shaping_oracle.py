@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-import sim
-from sim.experts import make_expert
+from robot_rl import sim
+from robot_rl.sim.experts import make_expert
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-from policies import PolicySpec, SpecMismatch, load_policy
-from policies.base import MAX_INSTRUCTION_CHARS
-from policies.encoders import ImageEncoderConfig
-from policies.runner import PolicyRunner
-from policies.vla.policy import VLAConfig, VLAPolicy
+from robot_rl import sim
+from robot_rl.policies import PolicySpec, SpecMismatch, load_policy
+from robot_rl.policies.base import MAX_INSTRUCTION_CHARS
+from robot_rl.policies.encoders import ImageEncoderConfig
+from robot_rl.policies.runner import PolicyRunner
+from robot_rl.policies.vla.policy import VLAConfig, VLAPolicy
 from robot_rl.data import EpisodeStore
 from robot_rl.data.episode_store import Episode
 from tests.conftest import run_cli
@@ -238,7 +238,7 @@ def test_pretrained_image_encoder_loads_or_names_the_file(env, store_path, tmp_p
 
 
 def test_spatial_softmax_finds_each_maps_peak():
-    from policies.encoders import spatial_softmax
+    from robot_rl.policies.encoders import spatial_softmax
 
     maps = torch.full((2, 3, 5, 7), -50.0)
     peaks = [[(0, 0), (4, 6), (2, 3)], [(1, 5), (3, 1), (4, 0)]]  # (row, col) per image and map
@@ -253,7 +253,7 @@ def test_spatial_softmax_finds_each_maps_peak():
 
 
 def test_film_keypoint_encoder_starts_unconditioned_and_needs_an_instruction():
-    from policies.encoders import ImageEncoder
+    from robot_rl.policies.encoders import ImageEncoder
 
     cfg = ImageEncoderConfig(channels=(8, 16), groups=4, pool="keypoints", keypoints=6, film=True)
     enc = ImageEncoder(cfg, out_dim=12, cond_dim=384)
@@ -370,7 +370,7 @@ def test_reward_model_reads_frames_and_instructions(env, tmp_path):
 
 
 def test_deploy_node_sends_the_configured_instruction(trained, env):
-    from real.node import check_spec, request_history
+    from robot_rl.real.node import check_spec, request_history
     from tests.test_real_config import deploy_cfg
 
     policy, _ = trained
@@ -392,7 +392,7 @@ def test_deploy_node_sends_the_configured_instruction(trained, env):
 
 def test_residual_rl_feeds_a_vla_base_frames_and_instructions(trained, store_path):
     from robot_rl.rl.replay import demo_replay
-    from policies.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
 
     policy, _ = trained
     residual = ResidualPolicy.build(policy, ResidualConfig())  # zero residual: acts as its base
@@ -411,7 +411,7 @@ def test_residual_with_base_features_reads_what_only_frames_and_instruction_tell
     """residual.base_features: the residual's input is the state + the VLA's trunk memory, which follows the
     instruction; collection, demo relabeling, act() and checkpoints all build the same input."""
     from robot_rl.rl.replay import Replay, demo_replay
-    from policies.residual import ResidualConfig, ResidualPolicy
+    from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
     from robot_rl.rl.rollout import Collector
 
     policy, _ = trained
@@ -492,7 +492,7 @@ def test_residual_with_base_features_reads_what_only_frames_and_instruction_tell
     assert ResidualPolicy.build(None, ResidualConfig(base_features="auto"), env=env).feature_dim == 0
     with pytest.raises(ValueError, match="true, false or auto"):
         ResidualConfig(base_features="yes")
-    from real.robot_actor import NodeResidual
+    from robot_rl.real.robot_actor import NodeResidual
 
     with pytest.raises(ValueError, match="not supported on robot actors"):
         NodeResidual(residual, explore_std=0.1, seed=0)

@@ -13,11 +13,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from policies.base import BasePolicy, PolicySpec, SpecMismatch
-from policies.diffusion.unet import ConditionalUnet1D
-from policies.ema import EMA, EMAWeights
-from policies.losses import weighted_mse
-from policies.normalizer import Normalizer
+from robot_rl.policies.base import BasePolicy, PolicySpec, SpecMismatch
+from robot_rl.policies.diffusion.unet import ConditionalUnet1D
+from robot_rl.policies.ema import EMA, EMAWeights
+from robot_rl.policies.losses import weighted_mse
+from robot_rl.policies.normalizer import Normalizer
 from robot_rl.common.config import from_mapping
 from robot_rl.data.stats import NORMALIZATIONS
 

@@ -17,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from policies.encoders import TEXT_DIM, ImageEncoder, random_shift
+from robot_rl.policies.encoders import TEXT_DIM, ImageEncoder, random_shift
 
 
 def time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:

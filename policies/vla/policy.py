@@ -17,12 +17,12 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from policies.base import INSTRUCTION, BasePolicy, PolicySpec, SpecMismatch, check_instructions, image_key
-from policies.ema import EMA, EMAWeights
-from policies.losses import weighted_mse
-from policies.encoders import TEXT_ENCODER, ImageEncoderConfig, as_strings, load_pretrained, sentence_encoder
-from policies.normalizer import Normalizer
-from policies.vla.model import VLANet
+from robot_rl.policies.base import INSTRUCTION, BasePolicy, PolicySpec, SpecMismatch, check_instructions, image_key
+from robot_rl.policies.ema import EMA, EMAWeights
+from robot_rl.policies.losses import weighted_mse
+from robot_rl.policies.encoders import TEXT_ENCODER, ImageEncoderConfig, as_strings, load_pretrained, sentence_encoder
+from robot_rl.policies.normalizer import Normalizer
+from robot_rl.policies.vla.model import VLANet
 from robot_rl.common.config import from_mapping
 from robot_rl.data.stats import NORMALIZATIONS
 

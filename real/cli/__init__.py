@@ -4,8 +4,8 @@
 def single_env_and_deploy_config(cfg, why: str):
     """(EnvConfig with one MuJoCo C env, DeployConfig) from a deploy-side command's config, or fail() naming
     the bad value. `why` says why the command needs MuJoCo C."""
-    import sim
-    from real.config import DeployConfigError, deploy_config
+    from robot_rl import sim
+    from robot_rl.real.config import DeployConfigError, deploy_config
     from robot_rl.common.cli import fail, or_fail
 
     env_cfg = or_fail(sim.env_config, cfg.env)
@@ -17,9 +17,9 @@ def single_env_and_deploy_config(cfg, why: str):
 
 def model_env(env_cfg, dcfg):
     """The task's one-env MuJoCo C model, with the deploy config's joints checked against it (or fail())."""
-    import sim
-    from real.config import DeployConfigError, check_against_model
-    from real.node import model_joints
+    from robot_rl import sim
+    from robot_rl.real.config import DeployConfigError, check_against_model
+    from robot_rl.real.node import model_joints
     from robot_rl.common.cli import or_fail
 
     env = or_fail(sim.make_from_config, env_cfg, errors=(sim.ConfigError,))

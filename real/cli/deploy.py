@@ -26,7 +26,7 @@ import traceback
 
 from omegaconf import DictConfig, OmegaConf
 
-from real.cli import model_env, single_env_and_deploy_config
+from robot_rl.real.cli import model_env, single_env_and_deploy_config
 from robot_rl.common.cli import fail, hydra_command, number, whole
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
@@ -62,13 +62,13 @@ def run(cfg: DictConfig) -> dict:
     import dataclasses
     from pathlib import Path
 
-    from policies.base import SpecMismatch
-    from real.inference import InferenceWorker, PolicyLoadError
-    from real.node import ControlNode, NodeFault, bag_topics
-    from real.recording import DeploymentRecorder, RecordingError
-    from real.reset_token import new_token, write_token
-    from real.residual import load_residual
-    from real.transport import make_transport
+    from robot_rl.policies.base import SpecMismatch
+    from robot_rl.real.inference import InferenceWorker, PolicyLoadError
+    from robot_rl.real.node import ControlNode, NodeFault, bag_topics
+    from robot_rl.real.recording import DeploymentRecorder, RecordingError
+    from robot_rl.real.reset_token import new_token, write_token
+    from robot_rl.real.residual import load_residual
+    from robot_rl.real.transport import make_transport
 
     env_cfg, dcfg = check_command_config(cfg)
     if cfg.record.rosbag is not None and Path(cfg.record.rosbag).exists():
@@ -180,7 +180,7 @@ def main(cfg: DictConfig) -> None:
 def ros_main() -> None:
     """Entry point of the ament package (ros2 run/launch robot_rl_ros robot_rl_deploy): Hydra gets the command line
     without its ROS arguments (the rclpy transport reads those from sys.orig_argv)."""
-    from real.transport_rclpy import split_ros_args
+    from robot_rl.real.transport_rclpy import split_ros_args
 
     sys.argv = hydra_argv(split_ros_args(sys.argv)[0])
     main()

@@ -17,13 +17,13 @@ def run(args) -> None:
     from hydra import compose, initialize_config_module
     from hydra.errors import HydraException
 
-    from real.cli import model_env, single_env_and_deploy_config
-    from real.config import DeployConfigError
-    from real.rosbag_import import BagImportError, bag_to_episodes, read_bag
+    from robot_rl.real.cli import model_env, single_env_and_deploy_config
+    from robot_rl.real.config import DeployConfigError
+    from robot_rl.real.rosbag_import import BagImportError, bag_to_episodes, read_bag
     from robot_rl.data.episode_store import EpisodeStore
 
     try:
-        with initialize_config_module(config_module="configs", version_base=None):
+        with initialize_config_module(config_module="robot_rl.configs", version_base=None):
             cfg = compose(config_name="deploy", overrides=list(args.overrides))
     except HydraException as e:
         fail(f"bad override in {args.overrides}: {e}")

@@ -13,7 +13,7 @@ import signal
 
 from omegaconf import DictConfig
 
-from real.cli import model_env, single_env_and_deploy_config
+from robot_rl.real.cli import model_env, single_env_and_deploy_config
 from robot_rl.common.cli import fail, hydra_command, number, whole
 from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
@@ -27,8 +27,8 @@ def driver_noise(cfg: DictConfig, env_cfg) -> dict[str, float]:
 
 @hydra_command("sim_driver")
 def main(cfg: DictConfig) -> None:
-    from real.sim_driver import NodeTimeout, SimDriver
-    from real.transport import make_transport
+    from robot_rl.real.sim_driver import NodeTimeout, SimDriver
+    from robot_rl.real.transport import make_transport
 
     env_cfg, dcfg = single_env_and_deploy_config(cfg, "the sim driver steps MuJoCo C in real time")
     whole("episodes", cfg.episodes, 1)

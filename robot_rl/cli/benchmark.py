@@ -27,7 +27,7 @@ from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 
 
 def _options(group: str) -> list[str]:
-    import configs
+    from robot_rl import configs
 
     return sorted(p.stem for p in (Path(configs.__file__).parent / group).glob("*.yaml"))
 
@@ -77,7 +77,7 @@ def check_plan(bench, task: str) -> None:
 
 
 def _check(cfg: DictConfig):
-    import sim
+    from robot_rl import sim
     from robot_rl.benchmark import BenchmarkConfig
     from robot_rl.common.config import from_mapping
 

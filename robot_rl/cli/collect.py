@@ -50,8 +50,8 @@ def _check_config(cfg: DictConfig):
 
 def _load_policy(path: str, env):
     """A PolicyRunner around the BasePolicy at `path`, checked against `env` (fails with one message)."""
-    from policies import SpecMismatch, load_policy
-    from policies.runner import PolicyRunner
+    from robot_rl.policies import SpecMismatch, load_policy
+    from robot_rl.policies.runner import PolicyRunner
     from robot_rl.common.checkpoint import CheckpointError
 
     try:
@@ -101,7 +101,7 @@ def main(cfg: DictConfig) -> None:
             fail(str(e))
 
     from robot_rl.data.collect import collect, policy_metadata, too_few_successes
-    from sim.experts import make_expert
+    from robot_rl.sim.experts import make_expert
 
     env = make_env(env_cfg)
     try:

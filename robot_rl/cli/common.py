@@ -10,14 +10,14 @@ from robot_rl.common.cli import fail, or_fail
 
 def env_config(cfg_env):
     """Validated sim.config.EnvConfig from the `env` node, before any model is compiled."""
-    import sim
+    from robot_rl import sim
 
     return or_fail(sim.env_config, cfg_env)  # ConfigError, or a value of the wrong type (num_envs=abc)
 
 
 def make_env(env_cfg):
     """The batched env (MJX with JAX's persistent compilation cache); task_config errors exit 2."""
-    import sim
+    from robot_rl import sim
 
     return or_fail(sim.make_from_config, env_cfg, errors=(sim.ConfigError,))
 
@@ -32,7 +32,7 @@ def set_torch_threads(n: int) -> None:
 
 def load_checkpoint(path: str, env, device: str = "cpu"):
     """A BasePolicy checkpoint checked against `env`, or fail() naming the file or the mismatch."""
-    from policies import SpecMismatch, load_policy
+    from robot_rl.policies import SpecMismatch, load_policy
     from robot_rl.common.checkpoint import CheckpointError
 
     try:

@@ -145,7 +145,7 @@ def _export_lerobot(args) -> None:
     video = or_fail(VideoOptions, **{k: v for k, v in (("vcodec", args.vcodec), ("crf", args.crf),
                                                       ("pix_fmt", args.pix_fmt)) if v is not None})
     if args.fps is None:
-        from sim.config import EnvConfig
+        from robot_rl.sim.config import EnvConfig
 
         args.fps = EnvConfig.control_hz  # the store does not record its control rate: the env's default
     if not float(args.fps).is_integer() or args.fps < 1:

@@ -23,7 +23,7 @@ from robot_rl.common.run_dir import current_run_dir, write_config, write_metrics
 def load(policy: str, env, cfg: DictConfig):
     """The policy to evaluate: a checkpoint directory or "expert"."""
     if policy == "expert":
-        from policies.expert import ExpertPolicy
+        from robot_rl.policies.expert import ExpertPolicy
 
         try:
             return ExpertPolicy(env, noise=number("expert_noise", cfg.expert_noise), seed=int(cfg.seed),

@@ -70,7 +70,7 @@ def main(cfg: DictConfig) -> None:
     with hold_run_dir(run_dir):  # one quickstart per run dir (runs/quickstart/<name>)
         write_config(run_dir, cfg)
 
-        from policies.expert import ExpertPolicy
+        from robot_rl.policies.expert import ExpertPolicy
         from robot_rl.evaluation import evaluate_policy
         from robot_rl.quickstart import Pipeline, StageFailed
 
@@ -125,14 +125,14 @@ def main(cfg: DictConfig) -> None:
                             "train_time_s": result["train_time_s"], "resumed_from": resumed_from}
 
                 def eval_bc(out):
-                    from policies import load_policy
+                    from robot_rl.policies import load_policy
 
                     policy = load_policy(run_dir / "bc" / "policy")
                     return summary(evaluate(policy, "BC policy", out, videos=int(cfg.videos)))
 
                 def rollouts(out):
-                    from policies import load_policy
-                    from policies.runner import PolicyRunner
+                    from robot_rl.policies import load_policy
+                    from robot_rl.policies.runner import PolicyRunner
                     from robot_rl.data import EpisodeStore
                     from robot_rl.data.collect import collect, policy_metadata
 
@@ -167,7 +167,7 @@ def main(cfg: DictConfig) -> None:
                             "threshold": c["threshold"], "test_episodes": m["splits"]["test"]["episodes"]}
 
                 def residual(out):
-                    from policies import load_policy
+                    from robot_rl.policies import load_policy
                     from robot_rl.rl.train import ResidualWorkspace, write_results
                     from robot_rl.common.run_log import RunLog
 
@@ -192,7 +192,7 @@ def main(cfg: DictConfig) -> None:
                     return summary_
 
                 def eval_residual(out):
-                    from policies import load_policy
+                    from robot_rl.policies import load_policy
 
                     policy = load_policy(run_dir / "residual" / "policy")
                     return summary(evaluate(policy, "BC + residual", out, videos=int(cfg.videos)))

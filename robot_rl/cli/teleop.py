@@ -70,8 +70,8 @@ def _scripted_config(cfg: DictConfig, supervising: bool):
 
 
 def _load_policy(path: str, env, device: str):
-    from policies import SpecMismatch, load_policy
-    from policies.runner import PolicyRunner
+    from robot_rl.policies import SpecMismatch, load_policy
+    from robot_rl.policies.runner import PolicyRunner
     from robot_rl.common.checkpoint import CheckpointError
 
     try:

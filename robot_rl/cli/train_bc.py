@@ -22,7 +22,7 @@ from robot_rl.common.run_dir import current_run_dir, write_config
 
 
 # policy kind -> its config class ("module:Class"); the kind's policy class is in policies.REGISTRY
-BC_KINDS = {"diffusion": "policies.diffusion.policy:DiffusionConfig", "vla": "policies.vla.policy:VLAConfig"}
+BC_KINDS = {"diffusion": "robot_rl.policies.diffusion.policy:DiffusionConfig", "vla": "robot_rl.policies.vla.policy:VLAConfig"}
 
 
 def policy_config(node):
@@ -129,7 +129,7 @@ def main(cfg: DictConfig) -> None:
     set_torch_threads(int(cfg.torch_threads))
     run_dir = current_run_dir()
 
-    from policies import SpecMismatch
+    from robot_rl.policies import SpecMismatch
     from robot_rl.common.checkpoint import CheckpointError
     from robot_rl.common.run_log import RunLog
     from robot_rl.data.errors import StoreError

@@ -82,7 +82,7 @@ def _configs(cfg: DictConfig):
 
 def _check_robots(cfg: DictConfig, rl, dist) -> None:
     """Robot actors: learned rewards, a base, and every robot's deploy config valid (before Ray starts)."""
-    from real.config import DeployConfigError, deploy_config
+    from robot_rl.real.config import DeployConfigError, deploy_config
     from robot_rl.rl.distributed import check_robot_config
 
     try:
@@ -134,7 +134,7 @@ def main(cfg: DictConfig) -> None:
     run_dir = current_run_dir()
     t0 = time.perf_counter()
 
-    from policies import SpecMismatch
+    from robot_rl.policies import SpecMismatch
     from robot_rl.common.checkpoint import CheckpointError
     from robot_rl.cli.train_bc import open_store
     from robot_rl.reward.online import RewardModelRefused
@@ -168,7 +168,7 @@ def main(cfg: DictConfig) -> None:
 
                 robot_actor = None
                 if dist.robots:
-                    from real.robot_actor import RobotActor as robot_actor
+                    from robot_rl.real.robot_actor import RobotActor as robot_actor
                 stops += (ActorFailure,)  # an actor that cannot start, or keeps dying
                 ws = DistributedWorkspace(run_dir, rl, env, base, dist, demo_store=store, eval_env=eval_env,
                                           base_path=cfg.base if base is not None else None,

@@ -89,7 +89,7 @@ def main(cfg: DictConfig) -> None:
     except RewardDataError as e:
         fail(str(e))
     if spec.instruction:  # the sentence encoder (extra `vla`) and every instruction's length, before training
-        from policies.encoders import sentence_encoder
+        from robot_rl.policies.encoders import sentence_encoder
 
         try:
             sentence_encoder().encode(list(dict.fromkeys(data.instruction)))

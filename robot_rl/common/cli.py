@@ -73,7 +73,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def hydra_command(config_name: str) -> Callable[[Callable], Callable[[], None]]:
-    """@hydra.main(config_name=...) over the pkg://configs tree, with every bad command line as one line + exit 2:
+    """@hydra.main(config_name=...) over the pkg://robot_rl.configs tree, with every bad command line as one line + exit 2:
     Hydra's own errors (an unknown group option such as task=nope, a key not in the config, an override that does
     not parse), a mandatory value left unset (policy=???), and a top-level key added with `+key=value` (Hydra
     accepts it; no command reads it). Errors raised inside the command are reported as before."""
@@ -104,7 +104,7 @@ def hydra_command(config_name: str) -> Callable[[Callable], Callable[[], None]]:
                 key = getattr(e, "full_key", None) or "a key"
                 fail(f"{key}=??? has no value; give one on the command line ({key}=...)")
 
-        hydra_main = hydra.main(version_base=None, config_path="pkg://configs", config_name=config_name)(run)
+        hydra_main = hydra.main(version_base=None, config_path="pkg://robot_rl.configs", config_name=config_name)(run)
         doc = sys.modules[task.__module__].__doc__  # what --help says the command does (robot_rl.common.cli_help)
 
         @functools.wraps(task)

@@ -39,7 +39,7 @@ def help_page(config_name: str, doc: str | None, overrides: list[str]) -> str:
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="configs", version_base=None):
+    with initialize_config_module(config_module="robot_rl.configs", version_base=None):
         cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
         return page(doc or "", cfg, config_name)
 
@@ -126,7 +126,7 @@ def key_comments(config_name: str) -> dict[str, str]:
     from robot_rl.common.config import registered
 
     try:
-        text = (files("configs") / f"{config_name}.yaml").read_text()
+        text = (files("robot_rl.configs") / f"{config_name}.yaml").read_text()
     except (FileNotFoundError, ModuleNotFoundError):
         return {}
     notes: dict[str, str] = {}

@@ -55,7 +55,7 @@ class ScriptedHuman:
     """A Supervisor for every env of a batched env, built on the task's scripted expert."""
 
     def __init__(self, env, cfg: ScriptedHumanConfig | None = None):
-        from sim.experts import make_expert
+        from robot_rl.sim.experts import make_expert
 
         self.cfg = (cfg or ScriptedHumanConfig()).validate()
         self.expert = make_expert(env, noise=0.0, path=self.cfg.expert_path)  # ValueError names what is missing

@@ -66,7 +66,7 @@ def collect_hint(task: str, cameras) -> str:
 def camera_shapes(stores: Sequence, cameras: Sequence[str], task: str) -> dict[str, list[int]]:
     """{"images/<camera>": [H, W, 3]} of the stores' frames of `cameras`; RewardDataError naming a store that
     lacks one (and how to record it) or frame sizes that differ between stores."""
-    from policies.base import image_key
+    from robot_rl.policies.base import image_key
 
     out: dict[str, list[int]] = {}
     for store in stores:
@@ -124,7 +124,7 @@ SELECTOR = re.compile(r"^([A-Za-z_][\w/]*)(?:\[(\d+)(?::(\d+))?\])?$")
 
 def task_progress_features(task: str) -> tuple[str, ...]:
     """The task's `progress_features` selectors (sim task registry), () for a task without them."""
-    from sim.tasks import TASKS
+    from robot_rl.sim.tasks import TASKS
 
     return tuple(getattr(TASKS.get(task), "progress_features", ()) or ())
 

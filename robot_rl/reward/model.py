@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import SpecMismatch, env_image_shapes, image_key
+from robot_rl.policies.base import SpecMismatch, env_image_shapes, image_key
 
 KIND = "reward_model"
 CHECKPOINT_DIR = "reward_model"  # inside a robot-rl-train-reward run directory
@@ -131,7 +131,7 @@ class ImageFeatures(nn.Module):
                  token_dim: int = IMAGE_ENCODER["token_dim"], shift: int = IMAGE_ENCODER["shift"],
                  downsample: int = IMAGE_ENCODER["downsample"]):
         super().__init__()
-        from policies.encoders import ImageEncoder, ImageEncoderConfig
+        from robot_rl.policies.encoders import ImageEncoder, ImageEncoderConfig
 
         self.shape = tuple(int(x) for x in shape)
         if len(self.shape) != 3 or self.shape[2] != 3:
@@ -150,7 +150,7 @@ class ImageFeatures(nn.Module):
         """Nothing to fit: pixels are normalized by the encoder itself."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from policies.encoders import ImageEncoder, random_shift
+        from robot_rl.policies.encoders import ImageEncoder, random_shift
 
         x = ImageEncoder.to_float(x) if x.dtype == torch.uint8 else x  # [B, 3, H, W] in [0, 1]
         if self.training and self.shift > 0:
@@ -206,7 +206,7 @@ class ObsEncoder(nn.Module):
         self.out_dim = sum(e.out_dim for e in self.enc.values())
         self.text = None
         if spec.instruction:
-            from policies.encoders import TEXT_DIM, sentence_encoder
+            from robot_rl.policies.encoders import TEXT_DIM, sentence_encoder
 
             self.text = sentence_encoder()  # frozen and shared, not a submodule: never trained or saved
             # embeddings centred on the training instructions' mean and scaled by their RMS spread (one scale for
@@ -220,8 +220,8 @@ class ObsEncoder(nn.Module):
     def forward(self, obs: dict[str, torch.Tensor], instruction: Sequence[str] | None = None) -> torch.Tensor:
         parts = [self.enc[k](obs[k]) for k in self.keys]
         if self.text is not None:
-            from policies.base import check_instructions
-            from policies.encoders import as_strings
+            from robot_rl.policies.base import check_instructions
+            from robot_rl.policies.encoders import as_strings
 
             n = len(parts[0]) if parts else len(instruction)
             if instruction is not None and not isinstance(instruction, str):  # one string: every row
@@ -234,7 +234,7 @@ class ObsEncoder(nn.Module):
         """Centre and scale of the instruction embeddings from the training rows' instructions [n] (repeats weigh)."""
         if self.text is None:
             return
-        from policies.encoders import as_strings
+        from robot_rl.policies.encoders import as_strings
 
         uniq, counts = np.unique(np.asarray(as_strings(instruction), dtype=str), return_counts=True)
         emb = self.text.encode(list(uniq)).double()

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from robot_rl.rl.critic import EnsembleCritic, random_heads
-from policies.residual import ResidualActor
+from robot_rl.policies.residual import ResidualActor
 
 
 @dataclasses.dataclass

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.rl.replay import POTENTIAL_FIELDS, Replay
-from policies.residual import ResidualPolicy, compose
-from policies.runner import ChunkQueue, ObsHistory
+from robot_rl.policies.residual import ResidualPolicy, compose
+from robot_rl.policies.runner import ChunkQueue, ObsHistory
 
 REWARDS = ("success", "env", "learned")
 CLASSIFIER_SUCCESS = ("once", "end", "every")  # what a learned classifier's success does in an env episode
@@ -180,7 +180,7 @@ class Collector:
         """The envs' current episode instructions, when the base or the reward model reads them (else None)."""
         if not (self._base_reads_instruction() or (self.learned is not None and self.learned.reads_instruction)):
             return None
-        from policies.base import check_instructions
+        from robot_rl.policies.base import check_instructions
 
         return check_instructions(getattr(self.env, "instruction", None), self.env.num_envs)
 
@@ -188,7 +188,7 @@ class Collector:
         """What the base is queried with: the histories, and the instructions when it reads them."""
         if self.instruction is None or not self._base_reads_instruction():
             return self.history.data
-        from policies.base import INSTRUCTION
+        from robot_rl.policies.base import INSTRUCTION
 
         return {**self.history.data, INSTRUCTION: self.instruction}
 

@@ -116,11 +116,11 @@ def train(cfg: SB3BaselineConfig, log, bar=None) -> dict:
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
-    import sim
-    from policies.sb3 import SB3Policy
+    from robot_rl import sim
+    from robot_rl.policies.sb3 import SB3Policy
     from robot_rl.evaluation import evaluate_policy
     from robot_rl.common.clock import TrainingClock  # training time without evaluations, as every trainer
-    from sim.gym_adapter import RobotRLEnv
+    from robot_rl.sim.gym_adapter import RobotRLEnv
 
     SAC = sb3_sac()
     if cfg.torch_threads:
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(cfg.out)
     if not vacant(out):
         fail(f"out={out} already exists and is not an empty directory; give a new out=PATH (runs are not resumed)")
-    import sim
+    from robot_rl import sim
 
     if cfg.task not in sim.TASKS and cfg.env.get("backend") != "gymnasium":  # a gymnasium env: its env.gym.id
         fail(f"task={cfg.task!r}; valid: {', '.join(sorted(sim.TASKS))} (or env.backend=gymnasium env.gym.id=...)")

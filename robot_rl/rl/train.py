@@ -42,7 +42,7 @@ from robot_rl.common import checkpoint
 from robot_rl.common.clock import TrainingClock
 from robot_rl.rl.learner import Learner, LearnerConfig
 from robot_rl.rl.replay import Replay, add_transitions, demo_replay, sample_mixed
-from policies.residual import ResidualConfig, ResidualPolicy, actor_state
+from robot_rl.policies.residual import ResidualConfig, ResidualPolicy, actor_state
 from robot_rl.common.config import check_whole, from_mapping
 from robot_rl.rl.rollout import CLASSIFIER_SUCCESS, REWARDS, Collector
 from robot_rl.rl.guard import Guard, GuardConfig

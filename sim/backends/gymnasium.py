@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.actions import checked_actions
-from sim.config import ConfigError, EnvConfig
+from robot_rl.sim.actions import checked_actions
+from robot_rl.sim.config import ConfigError, EnvConfig
 
 SUCCESS_KEYS = ("is_success", "success")  # info keys read when env.gym.success is ""
 
@@ -250,7 +250,7 @@ class GymnasiumEnv:
         """The envs' frames as the env renders them (render_mode rgb_array; its own size)."""
         import gymnasium
 
-        from sim.render import RenderingUnavailable
+        from robot_rl.sim.render import RenderingUnavailable
 
         try:
             frames = self._vec.render()

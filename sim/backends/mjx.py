@@ -30,11 +30,11 @@ import numpy as np
 from mujoco import mjx
 from mujoco.mjx._src import sensor as mjx_sensor
 
-from sim import actions, core
-from sim.config import ConfigError, EnvConfig
-from sim.env import BatchedEnv
-from sim.randomization import ModelFields
-from sim.task import Phys
+from robot_rl.sim import actions, core
+from robot_rl.sim.config import ConfigError, EnvConfig
+from robot_rl.sim.env import BatchedEnv
+from robot_rl.sim.randomization import ModelFields
+from robot_rl.sim.task import Phys
 
 
 @jax.tree_util.register_dataclass

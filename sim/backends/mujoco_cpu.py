@@ -15,11 +15,11 @@ import mujoco
 import numpy as np
 from mujoco import rollout
 
-from sim import actions, core
-from sim.config import EnvConfig
-from sim.env import BatchedEnv
-from sim.randomization import ModelFields
-from sim.task import Phys
+from robot_rl.sim import actions, core
+from robot_rl.sim.config import EnvConfig
+from robot_rl.sim.env import BatchedEnv
+from robot_rl.sim.randomization import ModelFields
+from robot_rl.sim.task import Phys
 
 
 class MujocoEnv(BatchedEnv):

@@ -20,10 +20,10 @@ import dataclasses
 
 import numpy as np
 
-from sim.actions import ActionSpace
-from sim.env import BatchedEnv
-from sim.registry import Registry, load_object
-from sim.robot import FINGER_MAX
+from robot_rl.sim.actions import ActionSpace
+from robot_rl.sim.env import BatchedEnv
+from robot_rl.sim.registry import Registry, load_object
+from robot_rl.sim.robot import FINGER_MAX
 
 
 class Expert:
@@ -236,10 +236,10 @@ def ee_yaw(obs):
 
 def _builtins() -> dict:
     # Imported lazily: each task's expert lives in its own module next to the others.
-    from sim.experts.color_lift import ColorLiftExpert
-    from sim.experts.lift import LiftExpert
-    from sim.experts.peg_insert import PegInsertExpert
-    from sim.experts.push import PushExpert
+    from robot_rl.sim.experts.color_lift import ColorLiftExpert
+    from robot_rl.sim.experts.lift import LiftExpert
+    from robot_rl.sim.experts.peg_insert import PegInsertExpert
+    from robot_rl.sim.experts.push import PushExpert
 
     return {"color_lift": ColorLiftExpert, "lift": LiftExpert, "peg_insert": PegInsertExpert, "push": PushExpert}
 

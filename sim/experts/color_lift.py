@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.experts.lift import LiftExpert
+from robot_rl.sim.experts.lift import LiftExpert
 
 
 class ColorLiftExpert(LiftExpert):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.experts import Expert, ee_pos, gripper_width
+from robot_rl.sim.experts import Expert, ee_pos, gripper_width
 
 
 class LiftExpert(Expert):

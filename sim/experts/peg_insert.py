@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.experts import Expert, ee_pos, ee_yaw, gripper_width
+from robot_rl.sim.experts import Expert, ee_pos, ee_yaw, gripper_width
 
 
 def _deadband(x, band):

@@ -1,15 +1,15 @@
 """Task registry: name -> Task class, the built-in tasks and those of installed packages (entry-point group
 "robot_rl.tasks"; sim/registry.py, docs/own_task.md)."""
 
-from sim.registry import Registry
-from sim.task import Task
+from robot_rl.sim.registry import Registry
+from robot_rl.sim.task import Task
 
 
 def _builtins() -> dict:
-    from sim.tasks.color_lift import ColorLiftTask
-    from sim.tasks.lift import LiftTask
-    from sim.tasks.peg_insert import PegInsertTask
-    from sim.tasks.push import PushTask
+    from robot_rl.sim.tasks.color_lift import ColorLiftTask
+    from robot_rl.sim.tasks.lift import LiftTask
+    from robot_rl.sim.tasks.peg_insert import PegInsertTask
+    from robot_rl.sim.tasks.push import PushTask
 
     return {t.name: t for t in (ColorLiftTask, LiftTask, PegInsertTask, PushTask)}
 

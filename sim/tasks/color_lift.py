@@ -25,9 +25,9 @@ import dataclasses
 
 import numpy as np
 
-from sim import kinematics as kin
-from sim import robot
-from sim.task import Task, TaskConfig, lerp
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim import robot
+from robot_rl.sim.task import Task, TaskConfig, lerp
 
 PALETTE = {  # colour word -> rgba; distinct enough to stay apart under randomization.color_jitter <= 0.1
     "red": (0.85, 0.15, 0.15, 1.0),

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from sim import kinematics as kin
-from sim import robot
-from sim.task import Task, TaskConfig, lerp
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim import robot
+from robot_rl.sim.task import Task, TaskConfig, lerp
 
 WALLS = tuple(f"hole_wall{i}" for i in range(4))
 

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-ENTRY = "real.cli.deploy"
+ENTRY = "robot_rl.real.cli.deploy"
 RECORD = Path(__file__).with_name("checkout.txt")
 
 
@@ -57,6 +57,6 @@ def main() -> None:
     root = find_project()
     if root is not None:
         sys.path.insert(0, str(root))
-    from real.cli.deploy import ros_main
+    from robot_rl.real.cli.deploy import ros_main
 
     ros_main()

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policies.residual import ResidualConfig, ResidualPolicy
+from robot_rl.policies.residual import ResidualConfig, ResidualPolicy
 from robot_rl.common.config import from_mapping
 from robot_rl.rl.replay import Replay
 from robot_rl.rl.rollout import Collector
@@ -32,15 +32,15 @@ def process_setup(threads: int) -> None:
 
 def make_actor_env(env_cfg: dict):
     """An actor's env from an env config dict (dataclasses.asdict of an EnvConfig)."""
-    import sim
-    from sim.config import from_mapping
+    from robot_rl import sim
+    from robot_rl.sim.config import from_mapping
 
     return sim.make_from_config(from_mapping(env_cfg))
 
 
 def make_actor_policy(env, base_path: str | None, device: str, residual: dict) -> ResidualPolicy:
     """A fresh residual policy on the base loaded from `base_path` (None: no base), checked against `env`."""
-    from policies import load_policy
+    from robot_rl.policies import load_policy
 
     base = load_policy(base_path, device=device) if base_path else None
     if base is not None:

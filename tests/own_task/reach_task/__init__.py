@@ -17,10 +17,10 @@ import dataclasses
 
 import numpy as np
 
-from sim import kinematics as kin
-from sim import robot
-from sim.experts import Expert, ee_pos
-from sim.task import Task, TaskConfig, lerp
+from robot_rl.sim import kinematics as kin
+from robot_rl.sim import robot
+from robot_rl.sim.experts import Expert, ee_pos
+from robot_rl.sim.task import Task, TaskConfig, lerp
 
 
 @dataclasses.dataclass
