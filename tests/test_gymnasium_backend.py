@@ -81,6 +81,7 @@ def test_collect_bc_residual_and_eval_on_a_gymnasium_env(cli_here, tmp_path):
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads((tmp_path / "res/metrics.json").read_text())
     assert metrics["task"] == "MountainCarContinuous-v0" and metrics["env_steps"] >= 60, metrics
+    assert metrics["control_hz"] == 30.0, metrics  # the env's render_fps, not env.control_hz: its robot minutes
     assert metrics["history"]["hil/fraction_so_far"][-1][1] > 0, metrics["history"]  # the human took over
 
     proc = cli_here("robot-rl-eval", *CAR, f"policy={tmp_path / 'res/policy'}", "episodes=2", "env.num_envs=2",

@@ -644,7 +644,9 @@ class ResidualWorkspace:
         done = self.learner.updates + (self.guard.discarded_updates if self.guard is not None else 0)
         return {"final_eval": final, "env_steps": self.env_steps, "updates": done,
                 "episodes": self.episodes, "train_time_s": self.train_time, "eval_time_s": clock.paused_s,
-                "env_steps_this_session": self.env_steps - start_steps, **self.watch_summary(),
+                "env_steps_this_session": self.env_steps - start_steps,
+                "control_hz": float(self.env.control_hz),  # the env's own rate (a gymnasium env's may not be env.control_hz)
+                **self.watch_summary(),
                 **({"policy_from": kept_from} if kept_from else {})}
 
     def watch_summary(self) -> dict:
