@@ -36,7 +36,8 @@ def read_metrics(run_dir: Path) -> dict | None:
 
 
 def control_hz(run_dir: Path, metrics: dict) -> float:
-    """The run's env.control_hz: metrics.json (sac runs), else its config.yaml (Hydra commands), else the default."""
+    """The rate of the run's env: metrics.json (residual, scratch and sac runs), else its config.yaml's env.control_hz
+    (runs recorded before metrics.json had it), else the default."""
     if metrics.get("control_hz"):
         return float(metrics["control_hz"])
     try:

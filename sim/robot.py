@@ -201,7 +201,7 @@ def _builtin_robots() -> dict[str, Robot]:
 
 
 def _check_robot(obj) -> str | None:
-    return None if isinstance(obj, Robot) else f"{obj!r} is not a sim.robot.Robot"
+    return None if isinstance(obj, Robot) else f"{obj!r} is not a robot_rl.sim.robot.Robot"
 
 
 # name -> Robot, the built-ins and those of installed packages (entry-point group "robot_rl.robots" naming a Robot

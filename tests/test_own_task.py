@@ -103,7 +103,7 @@ def test_registered_in_process_and_clashes(reach_site, monkeypatch):
         register_task("lift", reach_task.ReachTask)
     with pytest.raises(RegistryError, match="name attribute is 'reach'; it must be the registered name 'reach2'"):
         register_task("reach2", reach_task.ReachTask)
-    with pytest.raises(RegistryError, match="not a subclass of sim.task.Task"):
+    with pytest.raises(RegistryError, match="not a subclass of robot_rl.sim.task.Task"):
         register_task("thing", object)
 
 
@@ -115,10 +115,10 @@ def test_registered_in_process_and_clashes(reach_site, monkeypatch):
     ("[robot_rl.tasks]\nghost = ghost_pkg.tasks:GhostTask\n", {}, ("task 'ghost'", "does not load", "ghost_pkg")),
     # an entry point naming something that is not a Task
     ("[robot_rl.tasks]\nghost = ghost_mod:make\n", {"ghost_mod.py": "def make():\n    pass\n"},
-     ("task 'ghost'", "is not a subclass of sim.task.Task")),
+     ("task 'ghost'", "is not a subclass of robot_rl.sim.task.Task")),
     # a robot entry point naming something that is not a Robot
     ("[robot_rl.robots]\nghost = ghost_mod:arm\n", {"ghost_mod.py": "arm = 'a string'\n"},
-     ("robot 'ghost'", "is not a sim.robot.Robot")),
+     ("robot 'ghost'", "is not a robot_rl.sim.robot.Robot")),
 ])
 def test_broken_entry_points_are_one_line(reach_site, tmp_path, monkeypatch, entry_points, modules, needles):
     site = fake_dist(tmp_path / "site", "clash-pkg", entry_points, modules)

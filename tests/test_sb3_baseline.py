@@ -41,3 +41,14 @@ def test_the_sac_baseline_without_stable_baselines3_names_the_extra(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "pip install 'robot_rl[bench]'" in err[0]
     assert not (tmp_path / "sac").exists()
+
+
+def test_an_unknown_task_is_one_line_naming_the_valid_ones(tmp_path, capsys):
+    from robot_rl.rl.sb3_baseline import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["task=stack", *SAC_ARGS[1:], f"out={tmp_path / 'sac'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert "unknown task 'stack'" in err[0] and "lift" in err[0], err
+    assert not (tmp_path / "sac").exists()

@@ -15,7 +15,7 @@ def _builtins() -> dict:
 
 
 def _check(obj) -> str | None:
-    return None if isinstance(obj, type) and issubclass(obj, Task) else f"{obj!r} is not a subclass of sim.task.Task"
+    return None if isinstance(obj, type) and issubclass(obj, Task) else f"{obj!r} is not a subclass of robot_rl.sim.task.Task"
 
 
 TASKS = Registry("task", "robot_rl.tasks", _builtins, _check, named=True)
