@@ -82,6 +82,7 @@ class PolicySpec:
     # camera observations it reads, "images/<camera>" -> [H, W, 3] (uint8 frames); older checkpoints have none
     image_shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     instruction: bool = False  # reads a language instruction per env (obs_history["instruction"])
+    robot: str | None = None  # the robot it was trained on (env.robot; None: an env without one, older checkpoints)
 
     def __post_init__(self):
         self.obs_dims = {k: int(v) for k, v in self.obs_dims.items()}
@@ -100,11 +101,14 @@ class PolicySpec:
         """The spec of a policy that acts in `env` (its task, vector observations, actions and rate, read through the
         env interface, sim/interface.py), one observation and one action per call; `fields` override any of them."""
         return cls(**{"task": env.task_name, "obs_dims": dict(env.obs_dims), "action_dim": env.action_dim,
-                      "action_space": env.action_space.kind, "control_hz": env.control_hz, **fields})
+                      "action_space": env.action_space.kind, "control_hz": env.control_hz, "robot": env.robot,
+                      **fields})
 
     def check_env(self, env) -> None:
         """Raise SpecMismatch naming every difference between this spec and a BatchedEnv."""
         problems = []
+        if self.robot is not None and env.robot is not None and env.robot != self.robot:
+            problems.append(f"robot: policy {self.robot!r}, env {env.robot!r} (set env.robot={self.robot})")
         if env.task_name != self.task:
             problems.append(f"task: policy {self.task!r}, env {env.task_name!r}")
         if env.action_space.kind != self.action_space:

@@ -14,7 +14,7 @@ from typing import Any
 
 from robot_rl.real.transport import TRANSPORTS, check_topic_name
 from robot_rl.common.config import ConfigError, from_mapping
-from robot_rl.sim.robot import ARM_JOINTS, FINGER_JOINTS
+from robot_rl.sim.robot import ROBOTS, Robot
 
 COMMAND_TYPES = ("position_array", "joint_trajectory")  # std_msgs/Float64MultiArray | trajectory_msgs/JointTrajectory
 BLENDING_MODES = ("none", "temporal_ensemble", "crossfade")
@@ -113,8 +113,11 @@ class DeployConfig:
     phase_margin_s: float = 0.0005  # tick this long after the expected joint-state arrival
     command_type: str = "position_array"  # position_array | joint_trajectory
     trajectory_time_s: float = 0.01  # joint_trajectory: time_from_start of the single point
-    # joint order on the wire (commands, state): the arm's, then the fingers'
-    joints: list[str] = dataclasses.field(default_factory=lambda: [*ARM_JOINTS, *FINGER_JOINTS])
+    # joint order on the wire (commands, state); null: the robot's (env.robot's description: its arm's, then its
+    # gripper's joints)
+    joints: list[str] | None = None
+    # {joint: limits} over the robot's own (its description's deploy_limits file, configs/deploy/limits/<name>.yaml),
+    # per joint and field: e.g. +deploy.limits.joint1.velocity=1.0; deploy/limits=<file> sets a whole file's
     limits: dict[str, JointLimit] = dataclasses.field(default_factory=dict)
     limits_file: str | None = None  # YAML {joint: {lower, upper, velocity, max_step[, acceleration]}} replacing `limits`
     workspace_low: tuple[float, float, float] = (0.2, -0.4, 0.0)  # m, end-effector bounds of commands
@@ -184,16 +187,36 @@ def load_limits_file(path: str) -> dict:
     return data
 
 
-def deploy_config(data: Any) -> DeployConfig:
-    """Validated DeployConfig from the `deploy` node (dict or OmegaConf)."""
+def robot_limits_file(robot: Robot) -> str:
+    """The path of the robot's deploy limits: its description's deploy_limits, a name under configs/deploy/limits/
+    or a YAML path of its own."""
+    name = robot.deploy_limits
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        return name
+    from importlib import resources
+
+    return str(resources.files("robot_rl.configs") / "deploy" / "limits" / f"{name}.yaml")
+
+
+def deploy_config(data: Any, robot: Robot | None = None) -> DeployConfig:
+    """Validated DeployConfig from the `deploy` node (dict or OmegaConf) for `robot` (env.robot's description;
+    None: the default robot): joints and limits the node does not set are the robot's."""
     from omegaconf import DictConfig, OmegaConf
 
+    robot = robot if robot is not None else ROBOTS["primitive"]
     if not isinstance(data, DictConfig):
         data = OmegaConf.create(dict(data or {}))  # also turns nested OmegaConf nodes into plain values below
     data = OmegaConf.to_container(data, resolve=True)
+    if data.get("joints") is None:
+        data["joints"] = list(robot.joints)
     limits_file = data.get("limits_file")
     if limits_file in ("", None):
         data["limits_file"] = None
+        merged = load_limits_file(robot_limits_file(robot))
+        for joint, lim in (data.get("limits") or {}).items():
+            own = merged.get(joint)
+            merged[joint] = {**own, **lim} if isinstance(own, dict) and isinstance(lim, dict) else lim
+        data["limits"] = merged
     else:
         data["limits"] = load_limits_file(str(limits_file))
     raw_limits = data.pop("limits", {}) or {}

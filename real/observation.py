@@ -15,7 +15,6 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from robot_rl.sim import robot
 from robot_rl.sim.actions import ActionHistory
 from robot_rl.sim.task import Phys, neutral_params
 
@@ -31,9 +30,9 @@ class ObservationModel:
         m = self.model
         self.qpos_adr = np.array([m.jnt_qposadr[m.joint(j).id] for j in joints])
         self.dof_adr = np.array([m.jnt_dofadr[m.joint(j).id] for j in joints])
-        arm = [joints.index(j) for j in robot.ARM_JOINTS]
+        arm = [joints.index(j) for j in self.task.robot.arm_joints]
         self.arm_in_cmd = np.array(arm)  # where the arm joints sit in a command vector
-        self.grip_site = m.site("grip_site").id
+        self.grip_site = m.site(self.task.robot.ee_site).id
         self.obj_adr = self.task.obj_qpos
         self.params = neutral_params(np, (1,))
         mujoco.mj_resetData(m, self.data)

@@ -237,7 +237,9 @@ class RobotActor(BatchActor):
             raise ValueError(f"robot actor {name}: the deploy node needs a base policy checkpoint (base=...)")
         self.name = name
         self.num_envs, self.batch_steps = int(env_cfg["num_envs"]), int(batch_steps)
-        self.dcfg = deploy_config(deploy)
+        from robot_rl.sim.robot import get_robot
+
+        self.dcfg = deploy_config(deploy, get_robot(env_cfg.get("robot", "primitive")))
         # the node's model: the task's MuJoCo C model, one env, nominal physics (a robot is not randomized)
         self.env = make_actor_env({**env_cfg, "num_envs": 1, "backend": "mujoco", "threads": 1, "randomization": {}})
         check_against_model(self.dcfg, model_joints(self.env))

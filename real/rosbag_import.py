@@ -29,7 +29,6 @@ from robot_rl.real.config import DeployConfig
 from robot_rl.real.message_convert import convert_from
 from robot_rl.real.observation import ObservationModel, ros_quat_to_mujoco
 from robot_rl.sim import kinematics as kin
-from robot_rl.sim import robot
 
 
 class BagImportError(ValueError):
@@ -145,8 +144,9 @@ def bag_to_episodes(msgs: dict, env, cfg: DeployConfig, *, target=None, source: 
     tele_t = np.asarray([t for t, _ in msgs["teleop"]])
     needs_object = "object" in env.obs_dims
     timeout_ns = int(cfg.teleop_timeout_s * 1e9)
-    arm = np.array([index[j] for j in robot.ARM_JOINTS])
-    fingers = np.array([index[j] for j in robot.FINGER_JOINTS])
+    rob = env.task.robot
+    arm = np.array([index[j] for j in rob.arm_joints])
+    fingers = np.array([index[j] for j in rob.gripper.joints])
 
     episodes = []
     for seg in _segments(msgs):
@@ -176,16 +176,16 @@ def bag_to_episodes(msgs: dict, env, cfg: DeployConfig, *, target=None, source: 
             phys = om.phys(st_q[i], st_qd[i], pose)
             obs = om.observe(phys, tgt)
             q_cmd = cmd_q[c]
-            grip = np.clip(2.0 * q_cmd[fingers].mean() / robot.FINGER_MAX - 1.0, -1.0, 1.0)
+            grip = rob.gripper.grip(np, q_cmd[fingers].mean())
             if space.kind == "joint_pos":
-                lo, hi = robot.ARM_LOWER + 0.01, robot.ARM_UPPER - 0.01
-                a = np.append(2.0 * (q_cmd[arm] - lo) / (hi - lo) - 1.0, grip)
+                a = space.joint_pos_action(np, np.append(q_cmd[arm], q_cmd[fingers].mean()))  # its grip: `grip`
             else:
-                ee = obs["proprio"][0, 15:18].astype(np.float64)
+                ee = env.task.field(obs, "proprio", "ee_pos")[0].astype(np.float64)
                 ee_cmd = om.ee_pos(q_cmd)
                 parts = [(ee_cmd - ee) / env.action_space.max_ee_delta]
                 if space.use_yaw:
-                    yaw = np.arctan2(obs["proprio"][0, 19], obs["proprio"][0, 18])
+                    cos_sin = env.task.field(obs, "proprio", "ee_yaw")[0]
+                    yaw = np.arctan2(cos_sin[1], cos_sin[0])
                     yaw_cmd = om.ee_yaw(q_cmd)
                     parts.append([kin.wrap_angle(np, yaw_cmd - yaw) / env.action_space.max_yaw_delta])
                 a = np.concatenate([*parts, [grip]])

@@ -316,7 +316,7 @@ class BCWorkspace:
             self.policy = init
         else:
             spec = dict(task=env.task_name, obs_dims=obs_dims, action_dim=env.action_dim,
-                        action_space=env.action_space.kind, control_hz=env.control_hz)
+                        action_space=env.action_space.kind, control_hz=env.control_hz, robot=env.robot)
             if image_keys:
                 spec["image_shapes"] = {k[4:]: list(stores[0].keys[k].shape) for k in image_keys}
             self.policy = policy_class(kind).from_stats(spec, policy_cfg, merged_stats([s.stats(keys) for s in stores]))

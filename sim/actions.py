@@ -2,8 +2,8 @@
 
 ee_delta  [dx, dy, dz, (dyaw,) grip]: end-effector displacement (m, scaled by max_ee_delta) and yaw change,
           turned into joint position targets by one damped-least-squares IK step from the current state;
-          the gripper points down. grip: -1 closed, +1 fully open (80 mm).
-joint_pos [q1..q7, grip]: absolute arm joint targets, -1/+1 at the published joint limits.
+          the gripper points down. grip: -1 closed, +1 fully open (the robot's Gripper).
+joint_pos [q1..qn, grip]: absolute targets of the robot's n arm joints, -1/+1 at its published joint limits.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.sim import kinematics as kin
-from robot_rl.sim import robot
 from robot_rl.sim.config import EnvConfig
 from robot_rl.sim.task import Phys, Task
 
@@ -40,7 +39,7 @@ class ActionSpace:
         if self.kind == "ee_delta":
             self.dim = 5 if self.use_yaw else 4
         else:
-            self.dim = robot.N_ARM + 1
+            self.dim = self.robot.n_arm + 1
         self._lower = self.robot.arm_lower + 0.01
         self._upper = self.robot.arm_upper - 0.01
         self._ws_low = np.asarray(cfg.workspace_low, dtype=np.float64)
@@ -57,8 +56,8 @@ class ActionSpace:
         if self.kind == "ee_delta":
             a = np.zeros(self.dim, dtype=np.float32)
         else:
-            r = self.robot
-            a = (2 * (r.home_qpos - r.arm_lower) / (r.arm_upper - r.arm_lower) - 1).astype(np.float32)
+            # the joint_pos action whose targets (to_ctrl: the limits less a 0.01 rad margin) are the home posture
+            a = (2 * (self.robot.home_qpos - self._lower) / (self._upper - self._lower) - 1).astype(np.float32)
             a = np.append(a, 0.0).astype(np.float32)
         a[-1] = 1.0
         return a
@@ -69,7 +68,7 @@ class ActionSpace:
         lay = self.task.layout
         q = phys.qpos[..., lay.arm_qpos]
         if self.kind == "joint_pos":
-            q_target = self._lower + 0.5 * (a[..., :7] + 1.0) * (self._upper - self._lower)
+            q_target = self._lower + 0.5 * (a[..., :-1] + 1.0) * (self._upper - self._lower)
         else:
             c = self.cfg
             ee = lay.sensor(phys, "ee_pos")
@@ -84,14 +83,16 @@ class ActionSpace:
             jac = kin.arm_jacobian(xp, anchors, axes, ee)
             dq = kin.dls_step(xp, jac, err, q, self.robot.home_qpos, c.ik_damping, c.ik_null_gain)
             q_target = xp.clip(q + dq, self._lower, self._upper)
-        grip = 0.5 * (a[..., -1:] + 1.0) * self.robot.finger_max
-        return xp.concatenate([q_target, grip, grip], axis=-1)
+        g = self.robot.gripper
+        grip = g.target(xp, a[..., -1:])
+        return xp.concatenate([q_target] + [grip] * len(g.joints), axis=-1)
 
     def joint_pos_action(self, xp, ctrl):
-        """The joint_pos action [..., 8] whose actuator targets are `ctrl` [..., nu] (to_ctrl's output in any action
+        """The joint_pos action [..., n_arm + 1] whose actuator targets are `ctrl` [..., nu] (to_ctrl's output in any action
         space): e.g. a scripted expert's ee_delta command, after the IK step, as the absolute joint targets it set."""
-        arm = 2.0 * (ctrl[..., :robot.N_ARM] - self._lower) / (self._upper - self._lower) - 1.0
-        grip = 2.0 * ctrl[..., robot.N_ARM:robot.N_ARM + 1] / self.robot.finger_max - 1.0
+        n = self.robot.n_arm
+        arm = 2.0 * (ctrl[..., :n] - self._lower) / (self._upper - self._lower) - 1.0
+        grip = self.robot.gripper.grip(xp, ctrl[..., n:n + 1])
         return xp.clip(xp.concatenate([arm, grip], axis=-1), -1.0, 1.0)
 
 

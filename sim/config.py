@@ -101,8 +101,9 @@ class EnvConfig:
 
     task: str = "lift"
     backend: str = "mujoco"  # mujoco (MuJoCo C, CPU threads) | mjx (JAX, jit + vmap; GPUs)
-    # primitive (our Panda-like arm of capsules and boxes: faster) | panda_menagerie (MuJoCo Menagerie's Franka Panda,
-    # meshes and all; `python -m robot_rl.sim.menagerie` installs its files). Same joints, actions and observations (sim/robot.py)
+    # the robot description (sim/robot.py ROBOTS): primitive (our Panda-like arm of capsules and boxes: faster) |
+    # panda_menagerie (MuJoCo Menagerie's Franka Panda, meshes and all; `python -m robot_rl.sim.menagerie` installs
+    # its files) | a robot an installed package registers (docs/own_robot.md)
     robot: str = "primitive"
     num_envs: int = 16
     control_hz: float = 20.0  # policy / action rate

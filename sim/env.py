@@ -154,6 +154,14 @@ class BatchedEnv:
         return self.cfg.task
 
     @property
+    def robot(self) -> str:
+        return self.cfg.robot
+
+    @property
+    def obs_fields(self) -> dict[str, dict[str, slice]]:
+        return self.task.obs_fields()
+
+    @property
     def control_hz(self) -> float:
         return float(self.cfg.control_hz)
 

@@ -5,7 +5,10 @@ env's config (`env.cfg`): what it needs is a member here.
 
     env.task_name        "peg_insert": the name policies, episode stores and reward models are checked against
     env.num_envs         N, the batch every array has first
+    env.robot            "primitive": the robot description it simulates (sim/robot.py; None: an env without one)
     env.obs_dims         {"proprio": 20, "object": 16, ...}: vector observation keys and their sizes
+    env.obs_fields       {"proprio": {"ee_pos": slice(15, 18), ...}, ...}: the named fields of vector observations
+                         (keys without named fields are absent)
     env.cameras          ("front", "wrist"): cameras whose frames are observations
     env.image_shapes     {"images/front": (96, 96, 3), ...}: uint8 image observations
     env.action_dim       A; actions are float32 [N, A] in [action_space.low, action_space.high]
@@ -50,7 +53,13 @@ class Env(Protocol):
     def task_name(self) -> str: ...
 
     @property
+    def robot(self) -> str | None: ...
+
+    @property
     def obs_dims(self) -> dict[str, int]: ...
+
+    @property
+    def obs_fields(self) -> dict[str, dict[str, slice]]: ...
 
     @property
     def image_shapes(self) -> dict[str, tuple[int, int, int]]: ...

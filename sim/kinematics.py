@@ -22,8 +22,8 @@ def cross(xp, a, b):
 
 
 def arm_jacobian(xp, anchors, axes, point):
-    """Geometric Jacobian [..., 6, 7] of `point` [..., 3] for revolute joints (anchors/axes [..., 7, 3])."""
-    lin = cross(xp, axes, point[..., None, :] - anchors)  # [..., 7, 3]
+    """Geometric Jacobian [..., 6, n] of `point` [..., 3] for n revolute joints (anchors/axes [..., n, 3])."""
+    lin = cross(xp, axes, point[..., None, :] - anchors)  # [..., n, 3]
     return xp.concatenate([xp.swapaxes(lin, -1, -2), xp.swapaxes(axes, -1, -2)], axis=-2)
 
 
@@ -49,7 +49,7 @@ def gripper_yaw(xp, x_axis):
 
 
 def dls_step(xp, jac, err, q, q_rest, damping: float, null_gain: float):
-    """Damped-least-squares joint step [..., 7] for task error [..., 6], plus a null-space pull to q_rest.
+    """Damped-least-squares joint step [..., n] for task error [..., 6], plus a null-space pull to q_rest.
 
     dq = J^T (J J^T + damping^2 I)^-1 e + (I - J^+ J) null_gain (q_rest - q)
 

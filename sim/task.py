@@ -24,6 +24,11 @@ from robot_rl.sim import kinematics as kin
 from robot_rl.sim import robot
 
 
+# reset uniforms 0..6 are the arm's (its joints' noise); a task's own start at index 7. An arm of more joints takes
+# the extra ones past the task's (Task.__init__ adds them).
+ARM_UNIFORMS = 7
+
+
 class Phys(NamedTuple):
     """The physics state a task may read. Shapes [..., nq], [..., nv], [..., nsensordata], [..., nmocap, 3]."""
 
@@ -43,7 +48,7 @@ KINEMATIC_SENSORS = frozenset(
 class Layout:
     """Static indices into the compiled model (sensor slices, joint addresses), shared by both backends."""
 
-    def __init__(self, model: mujoco.MjModel):
+    def __init__(self, model: mujoco.MjModel, task_robot: robot.Robot):
         self.sensors: dict[str, slice] = {}
         other = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i) for i in range(model.nsensor)
                  if int(model.sensor_type[i]) not in KINEMATIC_SENSORS]
@@ -54,16 +59,26 @@ class Layout:
             name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i)
             adr, dim = int(model.sensor_adr[i]), int(model.sensor_dim[i])
             self.sensors[name] = slice(adr, adr + dim)
-        self.arm_qpos = np.array([model.jnt_qposadr[model.joint(j).id] for j in robot.ARM_JOINTS])
-        self.arm_dof = np.array([model.jnt_dofadr[model.joint(j).id] for j in robot.ARM_JOINTS])
-        self.finger_qpos = np.array([model.jnt_qposadr[model.joint(j).id] for j in robot.FINGER_JOINTS])
-        assert (np.diff(self.arm_qpos) == 1).all() and self.finger_qpos[0] == self.arm_qpos[-1] + 1
-        self.robot_nq = int(self.finger_qpos[-1] + 1)
-        # Gather indices [7, 3] of joint anchors / axes in sensordata: one fancy index instead of 14 slices.
-        self.anchor_idx = np.array([np.arange(self.sensors[f"link{i}_pos"].start, self.sensors[f"link{i}_pos"].stop)
-                                    for i in range(1, 8)])
-        self.axis_idx = np.array([np.arange(self.sensors[f"link{i}_axis"].start, self.sensors[f"link{i}_axis"].stop)
-                                  for i in range(1, 8)])
+        robot = task_robot
+        self.arm_qpos = np.array([model.jnt_qposadr[model.joint(j).id] for j in robot.arm_joints])
+        self.arm_dof = np.array([model.jnt_dofadr[model.joint(j).id] for j in robot.arm_joints])
+        self.finger_qpos = np.array([model.jnt_qposadr[model.joint(j).id] for j in robot.gripper.joints])
+        # the robot's joints come first in the scene; its qpos block [robot_nq] is assembled from the arm's, the
+        # gripper's and its other joints' (a linkage's) model defaults by one static gather (Task.arm_reset_qpos)
+        root = model.body_rootid[model.jnt_bodyid[model.joint(robot.arm_joints[0]).id]]
+        own = [j for j in range(model.njnt) if model.body_rootid[model.jnt_bodyid[j]] == root]
+        self.robot_nq = len(own)  # the qpos of every joint in the robot's body tree (a linkage's too)
+        if sorted(model.jnt_qposadr[own]) != list(range(self.robot_nq)) or \
+                not np.isin(model.jnt_type[own], [int(mujoco.mjtJoint.mjJNT_SLIDE), int(mujoco.mjtJoint.mjJNT_HINGE)]).all():
+            raise ValueError("the robot's joints must be hinges or slides that come first in the scene's qpos")
+        free = np.setdiff1d(np.arange(self.robot_nq), np.concatenate([self.arm_qpos, self.finger_qpos]))
+        self.robot_qpos_rest = np.asarray(model.qpos0[free], dtype=np.float64)  # the other joints' defaults
+        self.robot_qpos_order = np.argsort(np.concatenate([self.arm_qpos, self.finger_qpos, free]))
+        # Gather indices [n_arm, 3] of joint anchors / axes in sensordata: one fancy index instead of 2 n slices.
+        self.anchor_idx = np.array([np.arange(self.sensors[f"anchor_{j}"].start, self.sensors[f"anchor_{j}"].stop)
+                                    for j in robot.arm_joints])
+        self.axis_idx = np.array([np.arange(self.sensors[f"axis_{j}"].start, self.sensors[f"axis_{j}"].stop)
+                                  for j in robot.arm_joints])
         # [3, 3] gather of the grip site's x, y, z axes: the current ee frame (rows = axes) in one index.
         self.ee_frame_idx = np.array([np.arange(self.sensors[f"ee_{a}axis"].start, self.sensors[f"ee_{a}axis"].stop)
                                       for a in "xyz"])
@@ -104,6 +119,20 @@ class TaskConfig:
             raise ValueError(f"task {name}: arm_qpos_noise={self.arm_qpos_noise} must be >= 0")
 
 
+def fields_of(sizes) -> dict[str, slice]:
+    """{field: column slice} of a vector observation made of the fields `sizes` ((name, columns), in order)."""
+    out, at = {}, 0
+    for name, n in sizes:
+        out[name] = slice(at, at + int(n))
+        at += int(n)
+    return out
+
+
+def proprio_fields(n_arm: int) -> dict[str, slice]:
+    """obs["proprio"]'s fields for an arm of n_arm joints (Task.proprio)."""
+    return fields_of((("arm_q", n_arm), ("arm_qd", n_arm), ("gripper_width", 1), ("ee_pos", 3), ("ee_yaw", 2)))
+
+
 def held(dist, width, half):
     """The pads' grasp test of a cube of half edge `half`: its centre within 0.6 half + 1 cm of the grip site
     (`dist`) and the fingers closed on a cube-sized gap (`width`); works on numpy and JAX arrays alike."""
@@ -124,10 +153,12 @@ class Task:
     object_body: str = "object"  # free body that domain randomization scales (mass)
     object_geoms: tuple[str, ...] = ("object",)  # geoms whose size / pair friction are randomized
     size_randomizable: bool = True
-    n_reset_uniforms: int = 16
+    n_reset_uniforms: int = 16  # uniforms per reset: the arm's noise takes the first ARM_UNIFORMS (arm_reset_qpos)
     default_instruction: str = ""
     visual_bodies: tuple[str, ...] = ()  # other bodies whose colours visual randomization jitters (markers)
     colored_geoms: tuple[str, ...] = ()  # geoms whose rgba `episode_colors` sets per episode
+    # obs["object"]'s fields in order: (name, columns); Task.obs_fields names them for experts and tests
+    object_fields: tuple[tuple[str, int], ...] = ()
     # observation columns ("key[i:j]") that describe the task's state, not the arm's: where the object is relative to
     # the gripper and the goal, how open the gripper is. The reward model's labels compare failed states with
     # successful ones in these columns (robot_rl/reward/episodes.py); () = every vector observation
@@ -146,6 +177,7 @@ class Task:
         self.cfg = config if config is not None else self.config_cls()
         self.cfg.validate(self.name)
         self.robot = robot.get_robot(robot_name)  # the arm the scene is built with (EnvConfig.robot)
+        self.n_reset_uniforms = type(self).n_reset_uniforms + max(0, self.robot.n_arm - ARM_UNIFORMS)
         self.layout: Layout | None = None
 
     # ---- model -----------------------------------------------------------------------------------
@@ -171,17 +203,24 @@ class Task:
 
     def bind(self, model: mujoco.MjModel) -> None:
         """Read static indices and nominal sizes from the compiled model."""
-        self.layout = Layout(model)
+        self.layout = Layout(model, self.robot)
         self.obj_qpos = int(model.jnt_qposadr[model.body(self.object_body).jntadr[0]])
         self.obj_dof = int(model.jnt_dofadr[model.body(self.object_body).jntadr[0]])
         self.obj_half = np.array(model.geom_size[model.geom(self.object_geoms[0]).id], dtype=np.float64)
 
     # ---- shared robot parts ------------------------------------------------------------------------
     def arm_reset_qpos(self, xp, u):
-        """Arm and finger qpos at reset [..., 9] from uniforms u [..., 7]."""
-        arm = xp.asarray(self.robot.home_qpos, dtype=u.dtype) + self.cfg.arm_qpos_noise * (2.0 * u - 1.0)
-        fingers = xp.full(u.shape[:-1] + (2,), self.robot.finger_max, dtype=u.dtype)
-        return xp.concatenate([arm, fingers], axis=-1)
+        """The robot's qpos at reset [..., robot_nq] from the reset uniforms u [..., n_reset_uniforms]: the home
+        posture with noise on each arm joint (uniforms 0-6, then the last ones for arms of more than 7 joints), the
+        gripper open, other joints (a linkage's) at the model's defaults."""
+        n, lay, g = self.robot.n_arm, self.layout, self.robot.gripper
+        ua = u[..., :n] if n <= ARM_UNIFORMS else xp.concatenate([u[..., :ARM_UNIFORMS], u[..., -(n - ARM_UNIFORMS):]],
+                                                                  axis=-1)
+        arm = xp.asarray(self.robot.home_qpos, dtype=u.dtype) + self.cfg.arm_qpos_noise * (2.0 * ua - 1.0)
+        batch = u.shape[:-1]
+        fingers = xp.full(batch + (len(g.joints),), g.open, dtype=u.dtype)
+        rest = xp.broadcast_to(xp.asarray(lay.robot_qpos_rest, dtype=u.dtype), batch + lay.robot_qpos_rest.shape)
+        return xp.concatenate([arm, fingers, rest], axis=-1)[..., lay.robot_qpos_order]
 
     def ee(self, phys: Phys):
         return self.layout.sensor(phys, "ee_pos")
@@ -189,7 +228,7 @@ class Task:
     def gripper_width(self, phys: Phys):
         """Distance between the finger pads' inner faces (m)."""
         q = phys.qpos[..., self.layout.finger_qpos]
-        return q[..., 0] + q[..., 1] + self.robot.pad_gap
+        return q.sum(axis=-1) + self.robot.gripper.pad_gap
 
     def object_pos(self, phys: Phys):
         return phys.qpos[..., self.obj_qpos : self.obj_qpos + 3]
@@ -198,7 +237,8 @@ class Task:
         return phys.qpos[..., self.obj_qpos + 3 : self.obj_qpos + 7]
 
     def proprio(self, xp, phys: Phys):
-        """proprio [..., 20]: arm qpos (7), arm qvel (7), gripper width (1), ee pos (3), cos/sin ee yaw (2)."""
+        """proprio [..., 2 n_arm + 6]: arm qpos (n_arm), arm qvel (n_arm), gripper width (1), ee pos (3), cos/sin ee
+        yaw (2): its fields, PROPRIO_FIELDS."""
         lay = self.layout
         yaw = kin.gripper_yaw(xp, lay.sensor(phys, "ee_xaxis"))
         return xp.concatenate(
@@ -265,6 +305,18 @@ class Task:
     def episode_colors(self, target) -> dict:
         """{geom name: rgba [4]} an episode with task vector `target` (numpy) gives its `colored_geoms`."""
         return {}
+
+    def obs_fields(self) -> dict[str, dict[str, slice]]:
+        """{observation key: {field: column slice}}: proprio's (the robot's arm sets its size) and the task's object
+        fields. Code reads observations by these names (`field`), never by column number."""
+        out = {"proprio": proprio_fields(self.robot.n_arm)}
+        if self.object_fields:
+            out["object"] = fields_of(self.object_fields)
+        return out
+
+    def field(self, obs: dict, key: str, name: str):
+        """Columns [..., n] of field `name` of obs[key] (a field of one column keeps its axis: [..., 1])."""
+        return obs[key][..., self.obs_fields()[key][name]]
 
     def obs_dims(self) -> dict[str, int]:
         """Sizes of each observation key, by calling observe on a neutral state."""

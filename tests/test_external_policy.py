@@ -62,8 +62,8 @@ def env():
 
 def _env_with_camera(env):
     """The lift env's spec surface plus a camera and instructions, as the sim's camera envs report them."""
-    return types.SimpleNamespace(task_name=env.task_name, control_hz=env.control_hz, action_space=env.action_space,
-                                 action_dim=env.action_dim, obs_dims=dict(env.obs_dims),
+    return types.SimpleNamespace(task_name=env.task_name, robot=env.robot, control_hz=env.control_hz,
+                                 action_space=env.action_space, action_dim=env.action_dim, obs_dims=dict(env.obs_dims),
                                  image_shapes={"images/front": (SIZE, SIZE, 3)}, num_envs=2,
                                  instruction=["lift the cube", "lift the cube gently"])
 

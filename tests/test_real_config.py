@@ -47,11 +47,15 @@ def test_sim_and_ros2_profiles_compose_and_validate():
         env.close()
 
 
-def test_config_without_limits_for_a_joint_is_refused_naming_it():
-    cfg = compose()
-    raw = dict(cfg.deploy)
-    raw["limits"] = {k: dict(v) for k, v in cfg.deploy.limits.items() if k != "joint4"}
-    d = deploy_config(raw)
+def test_config_without_limits_for_a_joint_is_refused_naming_it(tmp_path):
+    import dataclasses
+
+    import yaml
+
+    cfg, full = deploy_cfg()  # the robot's limits (its description's file)
+    f = tmp_path / "limits.yaml"
+    f.write_text(yaml.safe_dump({k: dataclasses.asdict(v) for k, v in full.limits.items() if k != "joint4"}))
+    d = deploy_config({**cfg.deploy, "limits_file": str(f)})
     env = lift_env()
     try:
         with pytest.raises(DeployConfigError, match=r"no limits for joint\(s\) \['joint4'\]"):
@@ -69,7 +73,7 @@ def test_config_naming_joints_the_model_lacks_is_refused_naming_them():
         _, d = deploy_cfg("deploy.joints=[joint1,joint2,joint3,joint4,joint5,joint6,joint7,finger_left,thumb]")
         with pytest.raises(DeployConfigError, match=r"\['thumb'\]"):
             check_against_model(d, model_joints_of(env))
-        _, d = deploy_cfg("deploy.limits.joint1.upper=3.5")
+        _, d = deploy_cfg("+deploy.limits.joint1.upper=3.5")
         with pytest.raises(DeployConfigError, match=r"deploy.limits.joint1=.*outside the model's range"):
             check_against_model(d, model_joints_of(env))
     finally:
@@ -80,8 +84,8 @@ def test_config_naming_joints_the_model_lacks_is_refused_naming_them():
     ("deploy.transport=zmq", "deploy.transport='zmq'"),
     ("deploy.blending.mode=average", "deploy.blending.mode='average'"),
     ("deploy.watchdog.stop_after_s=0.01", "must exceed hold_after_s"),
-    ("deploy.limits.joint2.velocity=-1", "deploy.limits.joint2.velocity=-1"),
-    ("deploy.limits.joint3.lower=3.0", "lower=3.0 must be below upper"),
+    ("+deploy.limits.joint2.velocity=-1", "deploy.limits.joint2.velocity=-1"),
+    ("+deploy.limits.joint3.lower=3.0", "lower=3.0 must be below upper"),
     ("deploy.topics.joint_states=joint_states", "not a fully qualified ROS 2 topic name"),
     ("deploy.workspace_low=[0.9,0,0]", "workspace_low"),
     ("+deploy.bogus=1", "unknown deploy key(s) ['bogus']; valid keys:"),
@@ -99,8 +103,10 @@ def test_bad_deploy_values_are_refused_by_name(override, needle):
 
 def test_limits_file_replaces_the_profile_limits(tmp_path):
     f = tmp_path / "limits.yaml"
-    cfg = compose()
-    lim = {k: dict(v) for k, v in cfg.deploy.limits.items()}
+    import dataclasses
+
+    cfg, full = deploy_cfg()
+    lim = {k: dataclasses.asdict(v) for k, v in full.limits.items()}
     lim["joint1"]["velocity"] = 0.5
     import yaml
 

@@ -150,7 +150,11 @@ def test_launch_arguments_reach_the_node_configuration(launch_file, tmp_path):
     desc = launch_file.generate_launch_description()
     declared = _declared(desc, environ={})
     node = next(a for a in desc.args[0] if type(a).__name__ == "Node")
-    limits = {k: dict(v) for k, v in compose().deploy.limits.items()}
+    import dataclasses
+
+    from robot_rl.real.config import deploy_config
+
+    limits = {k: dataclasses.asdict(v) for k, v in deploy_config(compose().deploy).limits.items()}  # the robot's
     limits["joint1"]["velocity"] = 1.0
     (tmp_path / "limits.yaml").write_text(yaml.safe_dump(limits))
     values = {**declared, "policy": "/robots/panda/checkpoint", "rate_hz": "200.0", "limits": str(tmp_path / "limits.yaml"),

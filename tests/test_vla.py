@@ -92,8 +92,9 @@ def _obs(batch: int, seed: int = 0, size: int = SIZE, dims=None) -> dict:
 def _fake_env(env, image_shapes, instruction=True):
     """The env's spec surface (task, actions, vector observations: the real lift env) with camera sizes and an
     instruction as the sim's camera envs will report them."""
-    ns = types.SimpleNamespace(task_name=env.task_name, control_hz=env.control_hz, action_space=env.action_space,
-                               action_dim=env.action_dim, obs_dims=dict(env.obs_dims), image_shapes=image_shapes)
+    ns = types.SimpleNamespace(task_name=env.task_name, robot=env.robot, control_hz=env.control_hz,
+                               action_space=env.action_space, action_dim=env.action_dim, obs_dims=dict(env.obs_dims),
+                               image_shapes=image_shapes)
     if instruction:
         ns.instruction = ["lift the red cube"] * env.num_envs
     return ns

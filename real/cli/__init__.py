@@ -6,13 +6,14 @@ def single_env_and_deploy_config(cfg, why: str):
     the bad value. `why` says why the command needs MuJoCo C."""
     from robot_rl import sim
     from robot_rl.real.config import DeployConfigError, deploy_config
+    from robot_rl.sim.robot import get_robot
     from robot_rl.common.cli import fail, or_fail
 
     env_cfg = or_fail(sim.env_config, cfg.env)
     if env_cfg.backend != "mujoco":
         fail(f"env.backend={env_cfg.backend!r}: {why}; set env.backend=mujoco")
     env_cfg.num_envs = 1
-    return env_cfg, or_fail(deploy_config, cfg.deploy, errors=(DeployConfigError,))
+    return env_cfg, or_fail(deploy_config, cfg.deploy, get_robot(env_cfg.robot), errors=(DeployConfigError,))
 
 
 def model_env(env_cfg, dcfg):

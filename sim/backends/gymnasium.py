@@ -158,9 +158,15 @@ class GymnasiumEnv:
                                   "env.gym.success=terminated (an episode that ends before its time limit succeeded)")
 
     # ---- the env interface ------------------------------------------------------------------------------------
+    robot = None  # a gymnasium env brings its own robot, not one of sim/robot.py's descriptions
+
     @property
     def obs_dims(self) -> dict[str, int]:
         return dict(self._obs_dims)
+
+    @property
+    def obs_fields(self) -> dict[str, dict[str, slice]]:
+        return {}  # its observations have no named fields
 
     @property
     def image_shapes(self) -> dict[str, tuple[int, int, int]]:

@@ -23,7 +23,6 @@ import numpy as np
 from robot_rl.sim.actions import ActionSpace
 from robot_rl.sim.env import BatchedEnv
 from robot_rl.sim.registry import Registry, load_object
-from robot_rl.sim.robot import FINGER_MAX
 
 
 class Expert:
@@ -118,11 +117,29 @@ class Expert:
         if ids is not None:
             fresh |= np.ones(len(ids), bool) if self._episodes is None else (ids != self._episodes).any(axis=1)
             self._episodes = ids
-        hand = ee_pos(obs)
+        hand = self.ee_pos(obs)
         last = self._memory.get("hand")
         fresh |= np.ones(len(hand), bool) if last is None else np.linalg.norm(hand - last, axis=1) > self.jump
         self._memory["hand"] = hand
         return fresh
+
+    # ---- observation fields, by name (Task.obs_fields): the same code on every robot -------------------------------
+    def obs(self, obs: dict, key: str, name: str) -> np.ndarray:
+        """Field `name` of obs[key] [N, n] as float64 (e.g. obs(o, "object", "minus_ee"))."""
+        return np.asarray(self.env.task.field(obs, key, name), dtype=np.float64)
+
+    def ee_pos(self, obs: dict) -> np.ndarray:
+        """[N, 3] m, the grip site."""
+        return self.obs(obs, "proprio", "ee_pos")
+
+    def gripper_width(self, obs: dict) -> np.ndarray:
+        """[N] m between the finger pads."""
+        return self.obs(obs, "proprio", "gripper_width")[:, 0]
+
+    def ee_yaw(self, obs: dict) -> np.ndarray:
+        """[N] rad, the gripper's yaw."""
+        cs = self.env.task.field(obs, "proprio", "ee_yaw")
+        return np.arctan2(cs[:, 1], cs[:, 0]).astype(np.float64)
 
     @property
     def last_move(self) -> np.ndarray:
@@ -181,10 +198,12 @@ class Expert:
         return np.zeros(len(self.fresh), np.int64) if n is None else np.where(self.fresh, 0, n)
 
     def closing_grip(self, ticks: np.ndarray, rate: float) -> np.ndarray:
-        """Grip command [N] that closes each finger `rate` m per tick, `ticks` [N] ticks after closing began
-        (0: open): a finger that hits the object at full speed can pass through it (sim/robot.py)."""
-        q = np.clip(FINGER_MAX - rate * ticks, 0.0, FINGER_MAX)
-        return 2.0 * q / FINGER_MAX - 1.0
+        """Grip command [N] whose gripper joint targets close `rate` (the joints' unit: m for sliding fingers) per
+        tick from open, `ticks` [N] ticks after closing began (0: open): a finger that hits the object at full speed
+        can pass through it (sim/robot.py)."""
+        g = self.env.task.robot.gripper
+        q = g.open - np.sign(g.open - g.closed) * rate * ticks
+        return g.grip(np, np.clip(q, *g.ctrl_range))
 
     def move(self, delta: np.ndarray) -> np.ndarray:
         """ee_delta translation part for a desired displacement (m), saturated at a full step."""
@@ -220,18 +239,6 @@ class Estimate:
         g = np.maximum(1.0 / self.count, self.gain).reshape((-1,) + (1,) * (reading.ndim - 1))  # gain: scalar or [N]
         self.value = prior + g * (reading - prior)
         return self.value
-
-
-def ee_pos(obs):
-    return obs["proprio"][:, 15:18].astype(np.float64)
-
-
-def gripper_width(obs):
-    return obs["proprio"][:, 14].astype(np.float64)
-
-
-def ee_yaw(obs):
-    return np.arctan2(obs["proprio"][:, 19], obs["proprio"][:, 18]).astype(np.float64)
 
 
 def _builtins() -> dict:

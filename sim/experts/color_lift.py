@@ -13,5 +13,6 @@ class ColorLiftExpert(LiftExpert):
 
     def clean_action(self, obs):
         named = self.env.task_target[:, 0] > 0.5
-        o = obs["object"]
-        return self.lift_action(obs, np.where(named[:, None], o[:, 11:22], o[:, 0:11]))
+        return self.lift_action(obs, *(np.where(named[:, None], self.obs(obs, "object", f"b_{f}"),
+                                                self.obs(obs, "object", f"a_{f}"))
+                                       for f in ("pos", "minus_ee", "height_to_go")))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robot_rl.sim.experts import Expert, ee_pos, gripper_width
+from robot_rl.sim.experts import Expert
 
 
 class LiftExpert(Expert):
@@ -22,18 +22,18 @@ class LiftExpert(Expert):
     close_ticks = 6  # ticks the fingers close at the grasp pose before the lift starts
 
     def clean_action(self, obs):
-        return self.lift_action(obs, obs["object"])
+        return self.lift_action(obs, *(self.obs(obs, "object", f) for f in ("pos", "minus_ee", "height_to_go")))
 
-    def lift_action(self, obs, cube_obs):
-        """Action that lifts the cube described by `cube_obs` [N, 11]: pos, quat, pos - ee, height to go."""
-        o = cube_obs.astype(np.float64)
-        ee, width = ee_pos(obs), self.smooth("width", gripper_width(obs), 0.4)
-        cube = self.smooth("cube", o[:, 0:3], 0.15)  # at rest until grasped: the episode's mean
+    def lift_action(self, obs, pos, minus_ee, height_to_go):
+        """Action that lifts the cube observed at `pos` [N, 3], `minus_ee` [N, 3] from the hand, `height_to_go`
+        [N, 1] below its goal height."""
+        ee, width = self.ee_pos(obs), self.smooth("width", self.gripper_width(obs), 0.4)
+        cube = self.smooth("cube", pos, 0.15)  # at rest until grasped: the episode's mean
         # Two readings of the cube's offset from the hand, averaged: the observed one and the smoothed cube's.
-        rel_now = 0.5 * (o[:, 7:10] + cube - ee)
+        rel_now = 0.5 * (minus_ee + cube - ee)
         rel = self.smooth("rel", rel_now, 0.4)
-        held_rel = self.smooth("held_rel", o[:, 7:10], 0.3)  # constant while the cube moves with the hand
-        togo = o[:, 10]
+        held_rel = self.smooth("held_rel", minus_ee, 0.3)  # constant while the cube moves with the hand
+        togo = height_to_go[:, 0]
 
         xy_err = np.linalg.norm(rel[:, :2], axis=1)
         # the fingers closed on a cube-sized gap (a cube held across its diagonal is 1.41 times wider)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robot_rl.sim.experts import Expert, ee_pos, ee_yaw, gripper_width
+from robot_rl.sim.experts import Expert
 
 
 def _deadband(x, band):
@@ -58,26 +58,27 @@ class PegInsertExpert(Expert):
     close_ticks = 6  # ticks the fingers close on the peg before it is lifted
 
     def clean_action(self, obs):
-        o = obs["object"].astype(np.float64)
+        o_pos, o_yaw4, o_axis, o_hole, o_minus_hole, o_minus_ee = (self.obs(obs, "object", f) for f in (
+            "pos", "yaw4", "axis", "hole", "minus_hole", "minus_ee"))
         tcfg = self.tcfg
         hh, hw = tcfg.peg_half_height, tcfg.peg_half_width
-        ee, eyaw = ee_pos(obs), ee_yaw(obs)
-        width = self.smooth("width", gripper_width(obs), 0.4)
-        yaw4 = np.arctan2(o[:, 4], o[:, 3]) / 4.0  # peg yaw modulo pi/2, in [-pi/4, pi/4]
-        zax = self.smooth("zax", o[:, 5:8], 0.3)
+        ee, eyaw = self.ee_pos(obs), self.ee_yaw(obs)
+        width = self.smooth("width", self.gripper_width(obs), 0.4)
+        yaw4 = np.arctan2(o_yaw4[:, 1], o_yaw4[:, 0]) / 4.0  # peg yaw modulo pi/2, in [-pi/4, pi/4]
+        zax = self.smooth("zax", o_axis, 0.3)
         zax = zax / np.maximum(np.linalg.norm(zax, axis=1, keepdims=True), 1e-6)
-        hole = self.smooth("hole", o[:, 8:11], 0.0)  # fixed for the episode: the mean of every reading
+        hole = self.smooth("hole", o_hole, 0.0)  # fixed for the episode: the mean of every reading
         # How far to trust single readings: the fixture's readings jitter by the observation noise, and so do the
         # peg's while the hand is far from it (a robot may know its fixture exactly and still see the peg through
         # a noisy camera: the larger jitter counts). On exact observations (trust 1) the expert corrects on each
         # reading, as fast as its own action noise needs.
-        untouched = np.linalg.norm(o[:, 14:17], axis=1) > 0.04  # the peg's reading 4 cm or more from the hand
-        noise = np.maximum(self.reading_noise("hole", o[:, 8:11]), self.reading_noise("peg", o[:, 0:3], untouched))
+        untouched = np.linalg.norm(o_minus_ee, axis=1) > 0.04  # the peg's reading 4 cm or more from the hand
+        noise = np.maximum(self.reading_noise("hole", o_hole), self.reading_noise("peg", o_pos, untouched))
         trust = 1.0 / (1.0 + (noise / self.trusted_noise) ** 2)
         self.cancel_noise = 1.0 - trust  # trusted readings correct its own action noise already
 
         # ---- held? (fingers closed on a peg-sized gap, the peg next to the hand) -------------------
-        peg_ee = self.smooth("peg_ee", o[:, 14:17], 0.3)
+        peg_ee = self.smooth("peg_ee", o_minus_ee, 0.3)
         near_hand = (np.linalg.norm(peg_ee[:, :2], axis=1) < hw + 0.01) & (np.abs(peg_ee[:, 2]) < hh + 0.01)
         on_peg = (width < 2 * hw + 0.006) & (width > 0.003)  # the pads can sink well into the peg
         held = near_hand & on_peg
@@ -86,10 +87,10 @@ class PegInsertExpert(Expert):
         holding_n = self.ticks("holding", holding)
 
         # ---- pick -------------------------------------------------------------------------------
-        peg = self.smooth("peg", o[:, 0:3], 0.15)  # at rest until grasped: the episode's mean
+        peg = self.smooth("peg", o_pos, 0.15)  # at rest until grasped: the episode's mean
         grasp = tcfg.grasp_height * zax
         # two readings of the grasp point's offset from the hand, averaged
-        gerr_now = 0.5 * ((peg + grasp - ee) + (o[:, 14:17] + grasp))
+        gerr_now = 0.5 * ((peg + grasp - ee) + (o_minus_ee + grasp))
         gerr = self.smooth("gerr", gerr_now, trust + (1 - trust) * 0.4)
         gerr_slow = self.smooth("gerr_slow", gerr_now, trust + (1 - trust) * 0.15)
         gxy = np.linalg.norm(gerr[:, :2], axis=1)
@@ -113,11 +114,11 @@ class PegInsertExpert(Expert):
 
         # ---- place ------------------------------------------------------------------------------
         # the peg's offset from the hand while held (constant in a firm grasp)
-        grip_off = self.smooth("grip_off", 0.5 * (o[:, 14:17] + o[:, 0:3] - ee), 0.05, restart=~holding)
+        grip_off = self.smooth("grip_off", 0.5 * (o_minus_ee + o_pos - ee), 0.05, restart=~holding)
         bottom_off = -hh * zax
         # three readings of the opening's offset from the peg's bottom point, averaged
         gap_now = (
-            -(o[:, 11:14] + bottom_off) + (hole - o[:, 0:3] - bottom_off) + (hole - ee - grip_off - bottom_off)
+            -(o_minus_hole + bottom_off) + (hole - o_pos - bottom_off) + (hole - ee - grip_off - bottom_off)
         ) / 3.0
         # While carrying, the peg moves centimetres per tick: only a short average keeps up. Over the
         # opening it moves slowly and longer averages start there.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robot_rl.sim.experts import Expert, ee_pos
+from robot_rl.sim.experts import Expert
 
 
 class PushExpert(Expert):
@@ -28,9 +28,8 @@ class PushExpert(Expert):
     settle = 0.015  # m, cube-goal distance where the push stops (well inside the goal radius)
 
     def clean_action(self, obs):
-        o = obs["object"].astype(np.float64)
-        cube, to_goal, rel = o[:, 0:3], o[:, 7:9], o[:, 9:12]
-        ee = ee_pos(obs)
+        cube, to_goal, rel = (self.obs(obs, "object", f) for f in ("pos", "goal_minus_xy", "minus_ee"))
+        ee = self.ee_pos(obs)
         dist = np.linalg.norm(to_goal, axis=1)
         d = to_goal / np.maximum(dist, 1e-6)[:, None]  # push direction (unit, xy)
         n = np.stack([-d[:, 1], d[:, 0]], axis=1)  # its left normal

@@ -77,6 +77,9 @@ def default_config() -> ColorLiftConfig:
 class ColorLiftTask(Task):
     name = "color_lift"
     # per cube: cube - ee, height to go; gripper width (labels compare states of the same instruction)
+    # per cube (a, b): position, quaternion, cube - ee, height to go
+    object_fields = tuple((f"{c}_{f}", n) for c in "ab" for f, n in (("pos", 3), ("quat", 4), ("minus_ee", 3),
+                                                                     ("height_to_go", 1)))
     progress_features = ("object[7:11]", "object[18:22]", "proprio[14]")
     config_cls = ColorLiftConfig
     target_dim = 4
@@ -124,7 +127,7 @@ class ColorLiftTask(Task):
     # ---- task functions ------------------------------------------------------------------------------
     def sample_reset(self, xp, u, params):
         c = self.cfg
-        arm = self.arm_reset_qpos(xp, u[..., :7])
+        arm = self.arm_reset_qpos(xp, u)
         half = self.obj_half[2] * params["size"]
         one = xp.ones_like(u[..., 13])
         side = xp.where(u[..., 13] < 0.5, one, -one)  # cube A's side of y = 0; B takes the other

@@ -44,6 +44,7 @@ def progress_of(xp, success, reach, grasp, lift):
 
 class LiftTask(Task):
     name = "lift"
+    object_fields = (("pos", 3), ("quat", 4), ("minus_ee", 3), ("height_to_go", 1))  # the cube; minus_ee: cube - ee
     progress_features = ("object[7:11]", "proprio[14]")  # cube - ee, height to go; gripper width
     config_cls = LiftConfig
     target_dim = 3
@@ -61,7 +62,7 @@ class LiftTask(Task):
 
     def sample_reset(self, xp, u, params):
         c = self.cfg
-        arm = self.arm_reset_qpos(xp, u[..., :7])
+        arm = self.arm_reset_qpos(xp, u)
         half = self.obj_half[2] * params["size"]
         x, y = lerp(u[..., 7], c.object_x), lerp(u[..., 8], c.object_y)
         quat = kin.yaw_quat(xp, lerp(u[..., 9], c.object_yaw))

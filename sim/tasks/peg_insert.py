@@ -70,6 +70,8 @@ def default_config() -> PegInsertConfig:
 class PegInsertTask(Task):
     name = "peg_insert"
     # peg yaw and tilt, peg - hole, peg - ee; gripper width
+    # the peg's position, cos/sin of 4x its yaw, its axis; the hole; peg - hole and peg - ee
+    object_fields = (("pos", 3), ("yaw4", 2), ("axis", 3), ("hole", 3), ("minus_hole", 3), ("minus_ee", 3))
     progress_features = ("object[3:8]", "object[11:17]", "proprio[14]")
     # BC needs more steps than lift's and deterministic sampling (the demos' noise, sampled back, is wider than the
     # fit allows: docs/results/bc.md); residual RL a budget of env steps, whatever the machine's speed
@@ -141,7 +143,7 @@ class PegInsertTask(Task):
     # ---- task functions --------------------------------------------------------------------------
     def sample_reset(self, xp, u, params):
         c = self.cfg
-        arm = self.arm_reset_qpos(xp, u[..., :7])
+        arm = self.arm_reset_qpos(xp, u)
         x, y = lerp(u[..., 7], c.object_x), lerp(u[..., 8], c.object_y)
         quat = kin.yaw_quat(xp, lerp(u[..., 9], c.object_yaw))
         pos = xp.stack([x, y, xp.full_like(x, c.peg_half_height)], axis=-1)

@@ -66,6 +66,8 @@ def default_config() -> PushConfig:
 
 class PushTask(Task):
     name = "push"
+    # the cube's position, cos/sin of 4x its yaw, the goal, goal - cube (xy) and cube - ee
+    object_fields = (("pos", 3), ("yaw4", 2), ("goal_xy", 2), ("goal_minus_xy", 2), ("minus_ee", 3))
     progress_features = ("object[7:12]",)  # goal xy - cube xy, cube - ee
     config_cls = PushConfig
     target_dim = 3  # goal x, goal y, initial cube-goal distance
@@ -96,7 +98,7 @@ class PushTask(Task):
 
     def sample_reset(self, xp, u, params):
         c = self.cfg
-        arm = self.arm_reset_qpos(xp, u[..., :7])
+        arm = self.arm_reset_qpos(xp, u)
         half = self.obj_half[2] * params["size"]
         x, y = lerp(u[..., 7], c.object_x), lerp(u[..., 8], c.object_y)
         quat = kin.yaw_quat(xp, lerp(u[..., 9], c.object_yaw))

@@ -21,7 +21,7 @@ ARGUMENTS = (
     ("domain_id", "deploy.domain_id", EnvironmentVariable("ROS_DOMAIN_ID", default_value="0"),
      "DDS domain (default: ROS_DOMAIN_ID, else 0); pick a private one per robot cell"),
     ("rate_hz", "deploy.rate_hz", "100.0", "control rate (Hz), a whole multiple of the policy's control_hz"),
-    ("limits", "deploy.limits_file", "", "YAML of per-joint limits {joint: {lower, upper, velocity, max_step}} (empty: the profile's)"),
+    ("limits", "deploy.limits_file", "", "YAML of per-joint limits {joint: {lower, upper, velocity, max_step}} (empty: the robot's)"),
     ("joint_states_topic", "deploy.topics.joint_states", "/joint_states", "sensor_msgs/JointState input"),
     ("command_type", "deploy.command_type", "position_array", "position_array (forward_position_controller) | joint_trajectory"),
     ("position_command_topic", "deploy.topics.position_commands", "/forward_position_controller/commands", "std_msgs/Float64MultiArray output"),

@@ -19,7 +19,7 @@ import numpy as np
 
 from robot_rl.sim import kinematics as kin
 from robot_rl.sim import robot
-from robot_rl.sim.experts import Expert, ee_pos
+from robot_rl.sim.experts import Expert
 from robot_rl.sim.task import Task, TaskConfig, lerp
 
 
@@ -35,6 +35,7 @@ class ReachTask(Task):
     name = "reach"  # the name the entry point registers it under (robot_rl checks they agree)
     config_cls = ReachConfig
     target_dim = 3
+    object_fields = (("pos", 3), ("target_minus_ee", 3))  # obs["object"]'s fields, by name
     progress_features = ("object[3:6]",)  # what the reward models compare: target - hand
 
     def objects_xml(self) -> str:
@@ -51,7 +52,7 @@ class ReachTask(Task):
         half = self.obj_half[2] * params["size"]
         x, y = lerp(u[..., 7], c.object_x), lerp(u[..., 8], c.object_y)
         cube = xp.stack([x, y, half], axis=-1)
-        qpos = xp.concatenate([self.arm_reset_qpos(xp, u[..., :7]), cube,
+        qpos = xp.concatenate([self.arm_reset_qpos(xp, u), cube,
                                kin.yaw_quat(xp, lerp(u[..., 9], c.object_yaw))], axis=-1)
         target = xp.stack([x, y, 2.0 * half + lerp(u[..., 10], c.height)], axis=-1)
         return qpos, xp.zeros(u.shape[:-1] + (0, 3), dtype=u.dtype), target
@@ -77,6 +78,6 @@ class ReachExpert(Expert):
     gain = 0.4  # fraction of the position error corrected per tick
 
     def clean_action(self, obs):
-        ee = ee_pos(obs)
-        target = self.smooth("target", ee + obs["object"][:, 3:6].astype(np.float64), 0.3)
+        ee = self.ee_pos(obs)
+        target = self.smooth("target", ee + self.obs(obs, "object", "target_minus_ee"), 0.3)
         return self.pack(self.move(self.gain * (target - ee)), np.ones(len(ee)))
