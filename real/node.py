@@ -37,18 +37,14 @@ from robot_rl.real.reset_token import new_token
 from robot_rl.real.safety import Mode, SafetyFilter
 from robot_rl.real.step_planner import StepPlanner, request_history  # noqa: F401 - request_history: part of this API
 from robot_rl.real.tick_clock import TickClock
+from robot_rl.sim.robot import ctrl_index
 
 
 def model_joints(env) -> dict[str, tuple[float, float]]:
-    """Actuated joints of the env's model and their ranges, in actuator order."""
-    import mujoco
-
+    """The joints the robot is commanded by (its description's: the arm's, then the gripper's) and their ranges in
+    the env's model."""
     m = env.model
-    out = {}
-    for a in range(m.nu):
-        j = int(m.actuator_trnid[a, 0])
-        out[mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, j)] = (float(m.jnt_range[j, 0]), float(m.jnt_range[j, 1]))
-    return out
+    return {j: (float(m.joint(j).range[0]), float(m.joint(j).range[1])) for j in env.task.robot.joints}
 
 
 def check_spec(spec, env, cameras: dict, instruction: str = "") -> None:
@@ -88,9 +84,8 @@ class ControlNode:
         self.safety = SafetyFilter(cfg, self.obs_model.ee_pos, log=log)
         self.clock = TickClock(cfg.rate_hz, cfg.phase_lock, cfg.phase_margin_s)
         self.counts: collections.Counter = collections.Counter()
-        acts = list(model_joints(env))
         self.planner = StepPlanner(
-            cfg, self.spec, env, worker, self.safety, np.array([acts.index(j) for j in cfg.joints]),
+            cfg, self.spec, env, worker, self.safety, np.array([ctrl_index(env.task.robot, j) for j in cfg.joints]),
             residual=residual, residual_scale=residual_scale, counts=self.counts,
             on_step=recorder.add if recorder is not None else lambda *a: None, log=log, actions=self.obs_model.actions)
         self.obs_keys = list(self.spec.obs_dims) + list(self.spec.image_shapes)

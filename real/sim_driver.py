@@ -45,6 +45,7 @@ from robot_rl.real.messages import (
 )
 from robot_rl.real.qos import LATEST, RELIABLE, SENSOR_DATA
 from robot_rl.real.tick_clock import TickClock
+from robot_rl.sim.robot import actuator_name
 
 
 class NodeTimeout(RuntimeError):
@@ -81,8 +82,8 @@ class SimDriver:
         self.joints = list(cfg.joints)
         self.qpos_adr = np.array([m.jnt_qposadr[m.joint(j).id] for j in self.joints])
         self.dof_adr = np.array([m.jnt_dofadr[m.joint(j).id] for j in self.joints])
-        act_joint = [int(m.actuator_trnid[a, 0]) for a in range(m.nu)]
-        self.act_of = np.array([act_joint.index(m.joint(j).id) for j in self.joints])  # wire index -> actuator
+        # wire index -> the servo that drives the joint (the robot description's)
+        self.act_of = np.array([m.actuator(actuator_name(env.task.robot, j)).id for j in self.joints])
         self.obj_adr = self.task.obj_qpos
 
         t = cfg.topics

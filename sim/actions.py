@@ -85,7 +85,7 @@ class ActionSpace:
             q_target = xp.clip(q + dq, self._lower, self._upper)
         g = self.robot.gripper
         grip = g.target(xp, a[..., -1:])
-        return xp.concatenate([q_target] + [grip] * len(g.joints), axis=-1)
+        return xp.concatenate([q_target] + [grip] * g.n_servos, axis=-1)
 
     def joint_pos_action(self, xp, ctrl):
         """The joint_pos action [..., n_arm + 1] whose actuator targets are `ctrl` [..., nu] (to_ctrl's output in any action

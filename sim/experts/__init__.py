@@ -198,11 +198,10 @@ class Expert:
         return np.zeros(len(self.fresh), np.int64) if n is None else np.where(self.fresh, 0, n)
 
     def closing_grip(self, ticks: np.ndarray, rate: float) -> np.ndarray:
-        """Grip command [N] whose gripper joint targets close `rate` (the joints' unit: m for sliding fingers) per
-        tick from open, `ticks` [N] ticks after closing began (0: open): a finger that hits the object at full speed
-        can pass through it (sim/robot.py)."""
+        """Grip command [N] whose target closes each finger about `rate` m per tick from open, `ticks` [N] ticks after
+        closing began (0: open): a finger that hits the object at full speed can pass through it (sim/robot.py)."""
         g = self.env.task.robot.gripper
-        q = g.open - np.sign(g.open - g.closed) * rate * ticks
+        q = g.open - np.sign(g.open - g.closed) * (rate / g.finger_travel) * ticks
         return g.grip(np, np.clip(q, *g.ctrl_range))
 
     def move(self, delta: np.ndarray) -> np.ndarray:
