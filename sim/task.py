@@ -159,7 +159,7 @@ class Task:
     colored_geoms: tuple[str, ...] = ()  # geoms whose rgba `episode_colors` sets per episode
     # obs["object"]'s fields in order: (name, columns); Task.obs_fields names them for experts and tests
     object_fields: tuple[tuple[str, int], ...] = ()
-    # observation columns ("key[i:j]") that describe the task's state, not the arm's: where the object is relative to
+    # observation fields ("key.field", or columns "key[i:j]") that describe the task's state, not the arm's: where the object is relative to
     # the gripper and the goal, how open the gripper is. The reward model's labels compare failed states with
     # successful ones in these columns (robot_rl/reward/episodes.py); () = every vector observation
     progress_features: tuple[str, ...] = ()

@@ -35,6 +35,7 @@ def six_arm(six_site, monkeypatch):
 
 def test_the_experts_and_observation_fields_follow_the_description(six_arm):
     from robot_rl import sim
+    from robot_rl.reward.episodes import task_fields
     from robot_rl.sim.experts import make_expert
 
     assert six_arm.n_arm == 6 and six_arm.joints == (*ARM, "finger_left", "finger_right")
@@ -44,6 +45,8 @@ def test_the_experts_and_observation_fields_follow_the_description(six_arm):
             assert env.robot == "six_arm" and env.obs_dims["proprio"] == 2 * 6 + 6
             fields = env.obs_fields["proprio"]
             assert fields["arm_q"] == slice(0, 6) and fields["ee_pos"] == slice(13, 16)
+            # the reward models find the task's progress fields in stores of this arm from the sizes alone
+            assert task_fields(task, dict(env.obs_dims)) == env.obs_fields
             assert env.action_space.dim == 4 + (task == "peg_insert")
             obs = env.reset(seed=0)
             # the fields read what they name: the arm's joints at home (+ reset noise), the hand where the IK put it

@@ -147,7 +147,7 @@ def test_failed_states_are_compared_in_the_tasks_progress_columns(stores, traine
 
     run, _ = trained
     m = json.loads((run / "metrics.json").read_text())
-    assert m["failure_neighbor_features"] == ["object[7:11]", "proprio[14]"]
+    assert m["failure_neighbor_features"] == ["object.minus_ee", "object.height_to_go", "proprio.gripper_width"]
     opened = [EpisodeStore.open(p) for p in stores]
     try:
         spec = RewardSpec(task="lift", obs_dims={"proprio": 20, "object": 11})
@@ -162,6 +162,11 @@ def test_failed_states_are_compared_in_the_tasks_progress_columns(stores, traine
             load_episodes(opened, spec, ["lidar[0]"])
         with pytest.raises(RewardDataError, match="is not a selector"):
             load_episodes(opened, spec, ["object[7:"])
+        named = load_episodes(opened, spec, ["object.minus_ee", "proprio.ee_pos"])  # fields by name: the same columns
+        np.testing.assert_array_equal(named.features, np.concatenate([auto.obs["object"][:, 7:10],
+                                                                      auto.obs["proprio"][:, 15:18]], axis=1))
+        with pytest.raises(RewardDataError, match=r"'object' has no field 'hole'.*'height_to_go', 'minus_ee'"):
+            load_episodes(opened, spec, ["object.hole"])
     finally:
         for s in opened:
             s.close()
@@ -174,7 +179,7 @@ def test_every_tasks_progress_columns_fit_its_observations(task):
 
     env = sim.make(task, num_envs=1)
     try:
-        cols = parse_selectors(TASKS[task].progress_features, dict(env.obs_dims))
+        cols = parse_selectors(TASKS[task].progress_features, dict(env.obs_dims), env.obs_fields)
     finally:
         env.close()
     assert cols and all(c.stop - c.start >= 1 for _, _, c in cols)

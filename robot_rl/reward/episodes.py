@@ -119,7 +119,7 @@ def frame_features(frames: dict[str, np.ndarray], size: int = 8, chunk: int = 20
     return np.concatenate(parts, axis=1).astype(np.float32)
 
 
-SELECTOR = re.compile(r"^([A-Za-z_][\w/]*)(?:\[(\d+)(?::(\d+))?\])?$")
+SELECTOR = re.compile(r"^([A-Za-z_][\w/]*)(?:\[(\d+)(?::(\d+))?\]|\.(\w+))?$")
 
 
 def task_progress_features(task: str) -> tuple[str, ...]:
@@ -129,20 +129,47 @@ def task_progress_features(task: str) -> tuple[str, ...]:
     return tuple(getattr(TASKS.get(task), "progress_features", ()) or ())
 
 
-def parse_selectors(selectors: Sequence[str], available: dict[str, int]) -> list[tuple[str, str, slice]]:
-    """("key[i:j]" | "key[i]" | "key") -> (selector, key, column slice), checked against `available` (key -> dim);
-    RewardDataError naming the selector and the key's size."""
+def task_fields(task: str, available: dict[str, int]) -> dict[str, dict[str, slice]]:
+    """The named fields (sim/task.py Task.obs_fields) of the vector observations `available` (key -> dim) of `task`:
+    its object fields, and proprio's for the arm whose joint count its size gives; {} for a task without them."""
+    from robot_rl.sim.task import fields_of, proprio_fields
+    from robot_rl.sim.tasks import TASKS
+
+    out = {}
+    cls = TASKS.get(task) if task in TASKS else None
+    if cls is not None and getattr(cls, "object_fields", ()):
+        out["object"] = fields_of(cls.object_fields)
+    if cls is not None and available.get("proprio", 0) >= 8 and available["proprio"] % 2 == 0:
+        out["proprio"] = proprio_fields((available["proprio"] - 6) // 2)
+    return out
+
+
+def parse_selectors(selectors: Sequence[str], available: dict[str, int],
+                    fields: dict[str, dict[str, slice]] | None = None) -> list[tuple[str, str, slice]]:
+    """("key[i:j]" | "key[i]" | "key" | "key.field") -> (selector, key, column slice), checked against `available`
+    (key -> dim) and `fields` (key -> {field: slice}, task_fields'); RewardDataError naming the selector and the key's
+    size or fields."""
     out = []
     for sel in selectors:
         m = SELECTOR.match(str(sel).strip())
         if m is None:
-            raise RewardDataError(f"failure_neighbor_keys: {sel!r} is not a selector (key, key[i] or key[i:j], "
-                                  "e.g. object[7:11])")
-        key, a, b = m[1], m[2], m[3]
+            raise RewardDataError(f"failure_neighbor_keys: {sel!r} is not a selector (key, key[i], key[i:j] or "
+                                  "key.field, e.g. object[7:11] or object.minus_ee)")
+        key, a, b, name = m[1], m[2], m[3], m[4]
         if key not in available:
             raise RewardDataError(f"failure_neighbor_keys: {[key]} are not vector observations of every store (they "
                                   f"hold {sorted(available)})")
         dim = available[key]
+        if name is not None:
+            named = (fields or {}).get(key, {})
+            if name not in named:
+                raise RewardDataError(f"failure_neighbor_keys: {sel!r}: {key!r} has no field {name!r} (its fields: "
+                                      f"{sorted(named) or 'none known; select columns, e.g. ' + key + '[0:3]'})")
+            if named[name].stop > dim:
+                raise RewardDataError(f"failure_neighbor_keys: {sel!r} is columns {named[name].start}:"
+                                      f"{named[name].stop} of {key!r}, which has {dim}")
+            out.append((str(sel).strip(), key, named[name]))
+            continue
         lo = 0 if a is None else int(a)
         hi = dim if a is None else (lo + 1 if b is None else int(b))
         if not (0 <= lo < hi <= dim):
@@ -155,7 +182,7 @@ def parse_selectors(selectors: Sequence[str], available: dict[str, int]) -> list
 def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[str] | str | None = "auto") -> Episodes:
     """Concatenate the episodes of opened EpisodeStores, checked against `spec` (task, observation keys, cameras,
     instructions), with the failed-state neighbour search's features (`neighbor_keys`: selectors "key", "key[i]",
-    "key[i:j]" of vector observations; "auto": the task's progress_features, else every vector key; None: every
+    "key[i:j]", "key.field" of vector observations; "auto": the task's progress_features, else every vector key; None: every
     vector key the stores hold; none at all: frame_features of the spec's cameras)."""
     for store in stores:
         if store.n_episodes == 0:
@@ -176,7 +203,7 @@ def load_episodes(stores: Sequence, spec: RewardSpec, neighbor_keys: Sequence[st
         neighbor_keys = list(task_cols) if task_cols and task_keys <= set(available) else None
     if neighbor_keys is None:
         neighbor_keys = list(available)
-    columns = parse_selectors(neighbor_keys, available)
+    columns = parse_selectors(neighbor_keys, available, task_fields(spec.task, available))
     neighbor_keys = list(dict.fromkeys(key for _, key, _ in columns))
     if not neighbor_keys and not spec.image_shapes:
         raise RewardDataError("the stores hold no vector observations and the model reads no camera: there is "

@@ -91,7 +91,7 @@ class RewardTrainConfig:
     failure_neighbors: int = 50
     failure_distance_scale: float = 0.1
     # the neighbour search's columns: auto = the task's progress_features (every vector key for a task without
-    # them), None = every vector key, or selectors [object[7:11],proprio[14]]; no vector keys in the stores:
+    # them), None = every vector key, or selectors [object.minus_ee,proprio[14]]; no vector keys in the stores:
     # frames pooled to 8x8
     failure_neighbor_keys: tuple[str, ...] | Literal["auto"] | None = "auto"
     obs_noise: float = 0.1  # training noise on normalized vector observations, in units of each dimension's std
@@ -110,7 +110,7 @@ class RewardTrainConfig:
         self.image_encoder = image_encoder_options(self.image_encoder)
         if isinstance(self.failure_neighbor_keys, str) and self.failure_neighbor_keys != "auto":
             raise ValueError(f"failure_neighbor_keys={self.failure_neighbor_keys!r} must be auto, null or a "
-                             "list of selectors like [object, proprio[14]]")
+                             "list of selectors like [object, object.minus_ee, proprio[14]]")
         if isinstance(self.failure_neighbor_keys, (list, tuple)):
             self.failure_neighbor_keys = tuple(str(k) for k in self.failure_neighbor_keys)
         for name in AUTO:

@@ -80,7 +80,8 @@ class ColorLiftTask(Task):
     # per cube (a, b): position, quaternion, cube - ee, height to go
     object_fields = tuple((f"{c}_{f}", n) for c in "ab" for f, n in (("pos", 3), ("quat", 4), ("minus_ee", 3),
                                                                      ("height_to_go", 1)))
-    progress_features = ("object[7:11]", "object[18:22]", "proprio[14]")
+    progress_features = ("object.a_minus_ee", "object.a_height_to_go", "object.b_minus_ee", "object.b_height_to_go",
+                         "proprio.gripper_width")
     config_cls = ColorLiftConfig
     target_dim = 4
     object_body = "cube_a"

@@ -45,7 +45,7 @@ def progress_of(xp, success, reach, grasp, lift):
 class LiftTask(Task):
     name = "lift"
     object_fields = (("pos", 3), ("quat", 4), ("minus_ee", 3), ("height_to_go", 1))  # the cube; minus_ee: cube - ee
-    progress_features = ("object[7:11]", "proprio[14]")  # cube - ee, height to go; gripper width
+    progress_features = ("object.minus_ee", "object.height_to_go", "proprio.gripper_width")
     config_cls = LiftConfig
     target_dim = 3
 

@@ -72,7 +72,7 @@ class PegInsertTask(Task):
     # peg yaw and tilt, peg - hole, peg - ee; gripper width
     # the peg's position, cos/sin of 4x its yaw, its axis; the hole; peg - hole and peg - ee
     object_fields = (("pos", 3), ("yaw4", 2), ("axis", 3), ("hole", 3), ("minus_hole", 3), ("minus_ee", 3))
-    progress_features = ("object[3:8]", "object[11:17]", "proprio[14]")
+    progress_features = ("object.yaw4", "object.axis", "object.minus_hole", "object.minus_ee", "proprio.gripper_width")
     # BC needs more steps than lift's and deterministic sampling (the demos' noise, sampled back, is wider than the
     # fit allows: docs/results/bc.md); residual RL a budget of env steps, whatever the machine's speed
     # (docs/results/learned_rewards.md, "peg_insert at 300,000 env steps")

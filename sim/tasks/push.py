@@ -68,7 +68,7 @@ class PushTask(Task):
     name = "push"
     # the cube's position, cos/sin of 4x its yaw, the goal, goal - cube (xy) and cube - ee
     object_fields = (("pos", 3), ("yaw4", 2), ("goal_xy", 2), ("goal_minus_xy", 2), ("minus_ee", 3))
-    progress_features = ("object[7:12]",)  # goal xy - cube xy, cube - ee
+    progress_features = ("object.goal_minus_xy", "object.minus_ee")
     config_cls = PushConfig
     target_dim = 3  # goal x, goal y, initial cube-goal distance
     default_instruction = "push the cube onto the green target"
