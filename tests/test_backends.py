@@ -118,9 +118,9 @@ def test_action_latency_delays_the_executed_action():
         env = sim.make("lift", num_envs=1, randomization={"action_latency": [latency, latency]},
                        task_config={"arm_qpos_noise": 0.0})
         obs = env.reset(0)
-        z0 = obs["proprio"][0, 17]
+        z0 = env.task.field(obs, "proprio", "ee_pos")[0, 2]
         obs, *_ = env.step(np.array([[0, 0, -1, 1]], np.float32))
-        return obs["proprio"][0, 17] - z0
+        return env.task.field(obs, "proprio", "ee_pos")[0, 2] - z0
 
     assert ee_z_after(0) < -0.01  # moved down at once
     assert abs(ee_z_after(2)) < 0.002  # still holding: the command is two ticks old

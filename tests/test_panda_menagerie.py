@@ -78,12 +78,12 @@ def test_gripper_width_is_the_gap_between_the_pads(robot_name, panda):
 
 def test_ee_delta_ik_reaches_a_commanded_target(panda):
     obs = panda.reset(0)
-    target = obs["proprio"][:, 15:18] + np.array([0.06, -0.05, -0.08])
+    target = panda.task.field(obs, "proprio", "ee_pos") + np.array([0.06, -0.05, -0.08])
     for _ in range(20):
-        ee = obs["proprio"][:, 15:18]
+        ee = panda.task.field(obs, "proprio", "ee_pos")
         a = np.concatenate([np.clip((target - ee) / panda.cfg.max_ee_delta, -1, 1), np.ones((4, 1))], axis=1)
         obs, *_ = panda.step(a.astype(np.float32))
-    assert np.abs(obs["proprio"][:, 15:18] - target).max() < 0.003
+    assert np.abs(panda.task.field(obs, "proprio", "ee_pos") - target).max() < 0.003
     z = panda.task.layout.sensor(panda.phys(), "ee_zaxis")
     assert np.abs(z - [0, 0, -1]).max() < 0.01  # still pointing down
 

@@ -54,15 +54,15 @@ def test_closed_gripper_push_slides_the_cube_without_tipping_or_knocking_it_firs
     env = sim.make("push", num_envs=n, terminate_on_success=False)
     task, expert = env.task, make_expert(env)
     obs = env.reset(7)
-    start = obs["object"][:, 0:3].copy()
+    start = task.field(obs, "object", "pos").copy()
     done_at = np.full(n, -1)
     moved = np.zeros(n, dtype=bool)
     tilt_max = np.zeros(n)
     for k in range(60):
-        low = obs["proprio"][:, 17] < 0.03
+        low = task.field(obs, "proprio", "ee_pos")[:, 2] < 0.03
         obs, _, _, info = env.step(expert.act(obs))
         # the hand comes down behind the cube from above: the cube first moves when the hand pushes it low
-        now_moved = np.linalg.norm(obs["object"][:, 0:3] - start, axis=1) > 1e-3
+        now_moved = np.linalg.norm(task.field(obs, "object", "pos") - start, axis=1) > 1e-3
         assert (low | ~now_moved | moved).all(), k
         moved |= now_moved
         z = kin.quat_z_axis(np, env.qpos[:, task.obj_qpos + 3 : task.obj_qpos + 7])

@@ -481,7 +481,7 @@ def test_observation_from_joint_states_matches_sim():
         assert set(ours) == set(env.obs_dims)
         for k in obs:
             np.testing.assert_allclose(ours[k], obs[k], atol=1e-6)
-        np.testing.assert_allclose(om.ee_pos(env.qpos[0, qa]), obs["proprio"][0, 15:18], atol=1e-6)
+        np.testing.assert_allclose(om.ee_pos(env.qpos[0, qa]), env.task.field(obs, "proprio", "ee_pos")[0], atol=1e-6)
     finally:
         env.close()
 

@@ -43,12 +43,12 @@ def test_ee_delta_moves_the_gripper_where_commanded():
     obs = env.reset(0)
     for axis in range(3):
         for sign in (1, -1):
-            start = obs["proprio"][0, 15:18].copy()
+            start = env.task.field(obs, "proprio", "ee_pos")[0].copy()
             a = np.array([[0, 0, 0, 1]], np.float32)
             a[0, axis] = sign
             for _ in range(4):
                 obs, *_ = env.step(a)
-            moved = obs["proprio"][0, 15:18] - start
+            moved = env.task.field(obs, "proprio", "ee_pos")[0] - start
             assert sign * moved[axis] > 0.05, f"axis {axis} sign {sign}: moved {moved}"
             off = np.delete(moved, axis)
             assert np.abs(off).max() < 0.01
