@@ -35,8 +35,31 @@ class ObservationModel:
         self.grip_site = m.site(self.task.robot.ee_site).id
         self.obj_adr = self.task.obj_qpos
         self.params = neutral_params(np, (1,))
+        self._passive = self._passive_table(joints)
         mujoco.mj_resetData(m, self.data)
         mujoco.mj_resetData(m, self._fk_data)
+
+    def _passive_table(self, joints: list[str]):
+        """The robot's joints that nothing commands or reports (a linkage gripper's followers), as functions of the
+        first gripper joint's position: (its wire index, its positions [G], their qpos addresses [K], their positions
+        [G, K]), found by holding the gripper's servos at G targets across its range; None without such joints (a
+        robot on the wire reports only the joints it commands, e.g. the 2F-85's driver)."""
+        m, lay, robot = self.model, self.task.layout, self.task.robot
+        passive = np.setdiff1d(np.arange(lay.robot_nq), np.concatenate([lay.arm_qpos, lay.finger_qpos]))
+        if passive.size == 0:
+            return None
+        g, d = robot.gripper, mujoco.MjData(m)
+        driver, rows = [], []
+        for target in np.linspace(*g.ctrl_range, 17):
+            mujoco.mj_resetData(m, d)
+            d.qpos[lay.arm_qpos] = robot.home_qpos
+            d.ctrl[:] = np.concatenate([robot.home_qpos, np.full(g.n_servos, target)])
+            for _ in range(300):  # 1.5 s at the scene's 5 ms: the linkage settles at the servo's target
+                mujoco.mj_step(m, d)
+            driver.append(d.qpos[lay.finger_qpos[0]])
+            rows.append(d.qpos[passive].copy())
+        order = np.argsort(driver)
+        return joints.index(g.joints[0]), np.asarray(driver)[order], passive, np.asarray(rows)[order]
 
     @property
     def obs_dims(self) -> dict[str, int]:
@@ -53,6 +76,9 @@ class ObservationModel:
         d.qvel[:] = 0.0
         d.qpos[self.qpos_adr] = q
         d.qvel[self.dof_adr] = qd
+        if self._passive is not None:  # a linkage's joints follow its driver's reported position
+            at, driver, adr, rows = self._passive
+            d.qpos[adr] = [np.interp(q[at], driver, rows[:, k]) for k in range(len(adr))]
         if object_pose is not None:
             d.qpos[self.obj_adr : self.obj_adr + 7] = object_pose
         mujoco.mj_kinematics(m, d)

@@ -146,3 +146,16 @@ def test_deploy_runs_a_trained_residual_in_the_loop_over_dds(tmp_path, cli_here)
     wrong = cli_here("robot-rl-deploy", f"policy={res_dir}", f"residual={res_dir}", "episodes=1",
                      "deploy.inference.worker=thread", f"hydra.run.dir={tmp_path / 'wrong'}", *common)
     assert wrong.returncode == 2 and "not the base this residual was trained on" in wrong.stderr, wrong.stderr
+
+
+def test_the_ur5e_runs_over_dds_with_urs_joint_trajectory_controller(tmp_path):
+    """env.robot=ur5e on both sides, the node commanding UR's joint names through a JointTrajectory (UR's
+    scaled_joint_trajectory_controller's message) with UR's published limits: the expert completes its episodes."""
+    robot = ["env.robot=ur5e", "deploy.command_type=joint_trajectory"]
+    node, out, driver_rc, _, _ = dry_run(tmp_path, "u", ["episodes=2", *robot], ["policy=expert", "episodes=2", *robot])
+    assert node.returncode == 0, node.stdout + node.stderr
+    assert driver_rc == 0, out
+    drv = json.loads((tmp_path / "driver" / "metrics.json").read_text())
+    nod = json.loads((tmp_path / "node" / "metrics.json").read_text())
+    assert drv["episodes"] == nod["episodes"] == 2 and nod["successes"] == drv["successes"] >= 1, (drv, nod)
+    assert nod["safety"].get("stops", 0) == 0

@@ -88,3 +88,27 @@ def test_a_missing_install_is_one_line_naming_the_command(tmp_path, monkeypatch,
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "env.robot=ur5e" in err and "python -m robot_rl.sim.menagerie" in err
     assert not Path(tmp_path / "assets").exists()
+
+
+def test_the_node_sees_what_sim_sees_from_urs_joint_states():
+    """A UR5e reports its six joints and the 2F-85's driver only: the node's observation model places the linkage's
+    other joints from the driver's position (a table over its range), so the gripper width, and every observation,
+    match the sim's while the gripper closes on the cube."""
+    from robot_rl.real.config import deploy_config
+    from robot_rl.real.observation import ObservationModel
+    from robot_rl.sim.experts import make_expert
+
+    env = sim.make("lift", num_envs=1, robot="ur5e")
+    try:
+        om = ObservationModel(env, deploy_config({}, get_robot("ur5e")).joints)
+        expert, obs, widths = make_expert(env), env.reset(3), []
+        for _ in range(40):
+            qa, da, o = om.qpos_adr, om.dof_adr, env.task.obj_qpos
+            ours = om.observe(om.phys(env.qpos[0, qa], env.qvel[0, da], env.qpos[0, o: o + 7]), env.target[0])
+            for k in obs:
+                np.testing.assert_allclose(ours[k], obs[k], atol=2e-3, err_msg=k)
+            widths.append(float(env.task.field(obs, "proprio", "gripper_width")[0, 0]))
+            obs, *_ = env.step(expert.act(obs))
+        assert max(widths) > 0.08 and min(widths) < 0.05  # it opened and closed on the cube
+    finally:
+        env.close()
