@@ -62,8 +62,10 @@ class ActionSpace:
         a[-1] = 1.0
         return a
 
-    def to_ctrl(self, xp, action, phys: Phys):
-        """Actuator targets [..., nu] for actions [..., dim] (assumed finite, clipped here)."""
+    def to_ctrl(self, xp, action, phys: Phys, prev_ctrl=None):
+        """Actuator targets [..., nu] for actions [..., dim] (assumed finite, clipped here). With the previous step's
+        targets `prev_ctrl` [..., nu] (the envs give them), a gripper with a max_speed moves its target no faster:
+        a real gripper's own speed, which the deploy node's limits hold its commands to as well."""
         a = xp.clip(action, -1.0, 1.0)
         lay = self.task.layout
         q = phys.qpos[..., lay.arm_qpos]
@@ -85,7 +87,17 @@ class ActionSpace:
             q_target = xp.clip(q + dq, self._lower, self._upper)
         g = self.robot.gripper
         grip = g.target(xp, a[..., -1:])
+        if g.max_speed is not None and prev_ctrl is not None:
+            step = g.max_speed / g.finger_travel / self.cfg.control_hz  # joint units per control step
+            prev = prev_ctrl[..., self.robot.n_arm:self.robot.n_arm + 1]
+            grip = xp.clip(grip, prev - step, prev + step)
         return xp.concatenate([q_target] + [grip] * g.n_servos, axis=-1)
+
+    def reset_ctrl(self, xp, arm_q):
+        """The targets [..., nu] that hold arm joint positions `arm_q` [..., n_arm] with the gripper open: an
+        episode's first (its reset posture)."""
+        g = self.robot.gripper
+        return xp.concatenate([arm_q, xp.full(arm_q.shape[:-1] + (g.n_servos,), g.open, dtype=arm_q.dtype)], axis=-1)
 
     def joint_pos_action(self, xp, ctrl):
         """The joint_pos action [..., n_arm + 1] whose actuator targets are `ctrl` [..., nu] (to_ctrl's output in any action

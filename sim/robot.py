@@ -86,6 +86,9 @@ class Gripper:
     pad_gap: float = 0.0
     pad_thickness: float | None = None
     finger_travel: float = 1.0  # m each finger moves per unit of joint motion (sliding fingers: 1), about
+    # m/s each finger closes at most, the maker's figure (None: not limited): the scripted experts never close faster,
+    # so their demonstrations keep a real gripper's timing (its deploy limits file says the same in joint units)
+    max_speed: float | None = None
 
     @property
     def n_servos(self) -> int:
@@ -284,9 +287,10 @@ UR5E_JOINTS = ("shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "wris
 # UR5e's published ranges: 360 deg each way; the elbow 180 deg each way, as Menagerie's model limits it (self-collision)
 UR5E_UPPER = np.array([6.2831, 6.2831, 3.1415, 6.2831, 6.2831, 6.2831])
 # the 2F-85: one servo on Menagerie's tendon `split` (both fingers' drivers), its kp / kv and force limit; the right
-# driver joint (0: open, 0.8 rad: closed) is the one commanded on the wire; its fingers move about 0.0525 m per rad
+# driver joint (0: open, 0.8 rad: closed) is the one commanded on the wire; its fingers move about 0.0525 m per rad,
+# at most 0.075 m/s each (Robotiq's 150 mm/s closing speed)
 ROBOTIQ_2F85 = Gripper(joints=("right_driver_joint",), open=0.0, closed=0.8, kp=100.0, kv=10.0, force=5.0,
-                       tendon="split", pad_thickness=0.008, finger_travel=0.0525)
+                       tendon="split", pad_thickness=0.008, finger_travel=0.0525, max_speed=0.075)
 
 
 def _builtin_robots() -> dict[str, Robot]:

@@ -150,7 +150,8 @@ def test_deploy_runs_a_trained_residual_in_the_loop_over_dds(tmp_path, cli_here)
 
 def test_the_ur5e_runs_over_dds_with_urs_joint_trajectory_controller(tmp_path):
     """env.robot=ur5e on both sides, the node commanding UR's joint names through a JointTrajectory (UR's
-    scaled_joint_trajectory_controller's message) with UR's published limits: the expert completes its episodes."""
+    scaled_joint_trajectory_controller's message) with UR's published limits, the 2F-85's closing speed included
+    (sim moves the gripper no faster): the expert completes its episodes (10 of 10 in docs/results/robots.md)."""
     robot = ["env.robot=ur5e", "deploy.command_type=joint_trajectory"]
     node, out, driver_rc, _, _ = dry_run(tmp_path, "u", ["episodes=2", *robot], ["policy=expert", "episodes=2", *robot])
     assert node.returncode == 0, node.stdout + node.stderr

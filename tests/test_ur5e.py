@@ -44,13 +44,17 @@ def test_the_home_posture_points_the_gripper_down_over_the_table(ur5e):
         env.close()
 
 
-def test_the_gripper_opens_to_85_mm_and_closes(ur5e):
+def test_the_gripper_opens_to_85_mm_and_closes_at_its_speed(ur5e):
     """Its width, from the pad sites: the 2F-85's 85 mm stroke open, about nothing closed (grip -1, no object)."""
     obs = ur5e.reset(seed=0)
     assert np.allclose(ur5e.task.field(obs, "proprio", "gripper_width"), 0.085, atol=0.002)
     close = np.tile(np.array([0, 0, 1, -1], np.float32), (8, 1))  # up (away from the cube), grip closed
-    for _ in range(15):
+    g = get_robot("ur5e").gripper
+    step = g.max_speed / g.finger_travel / ur5e.control_hz  # rad of the driver per control step: 2F-85's 150 mm/s
+    for k in range(20):
         obs, *_ = ur5e.step(close)
+        # sim moves the gripper's target no faster than the gripper can (the deploy node's limit, ur5e.yaml)
+        assert np.allclose(ur5e.ctrl[:, -1], min(0.8, (k + 1) * step)), k
     assert (ur5e.task.field(obs, "proprio", "gripper_width") < 0.005).all()
 
 
@@ -72,6 +76,8 @@ def test_the_deploy_node_commands_urs_joints_with_urs_limits(ur5e):
 
     d = deploy_config({}, get_robot("ur5e"))
     assert d.joints == [*UR, "right_driver_joint"]
+    g = get_robot("ur5e").gripper  # the description's gripper speed and the limits file's say the same
+    assert d.limits["right_driver_joint"].velocity == pytest.approx(g.max_speed / g.finger_travel, rel=0.01)
     assert d.limits["shoulder_pan_joint"].velocity == pytest.approx(np.pi, abs=1e-3)  # 180 deg/s
     assert d.limits["elbow_joint"].upper == pytest.approx(3.1415)
     check_against_model(d, model_joints(ur5e))

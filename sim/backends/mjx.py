@@ -125,9 +125,7 @@ class MjxEnv:
         data = self.data0.replace(
             qpos=qpos.astype(dtype),
             mocap_pos=mocap.astype(dtype) if lay.nmocap else self.data0.mocap_pos,
-            # hold the reset posture, gripper open (its servos' target)
-            ctrl=jnp.concatenate([qpos[lay.arm_qpos], jnp.full((task.robot.gripper.n_servos,), task.robot.gripper.open,
-                                                               qpos.dtype)]).astype(dtype),
+            ctrl=self.action_space.reset_ctrl(jnp, qpos[lay.arm_qpos]).astype(dtype),  # the reset posture, open
         )
         # Only kinematics and position sensors: the next mjx.step runs the full forward pass itself, and a
         # second copy of the collision + constraint pipeline inside the jitted step would double its compile.
@@ -152,7 +150,7 @@ class MjxEnv:
         action = jnp.clip(jnp.where(finite, action, 0.0), -1.0, 1.0).astype(jnp.float32)
         buf, executed = actions.delay(jnp, info["latency_buf"], action, info["params"]["latency"])
         data = state.data
-        ctrl = self.action_space.to_ctrl(jnp, executed.astype(data.qpos.dtype), self._phys(data))
+        ctrl = self.action_space.to_ctrl(jnp, executed.astype(data.qpos.dtype), self._phys(data), data.ctrl)
         model = self.fields.apply_mjx(self.model, info["params"])
         data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
         data = jax.lax.fori_loop(0, self.substeps, lambda _, d: mjx.step(model, d), data)

@@ -99,6 +99,7 @@ class MujocoEnv(BatchedEnv):
         for k, v in params.items():
             self.params.setdefault(k, np.zeros(self.num_envs, dtype=v.dtype))[idx] = v
         self.target[idx] = target
+        self.ctrl[idx] = self.action_space.reset_ctrl(np, qpos[:, self.task.layout.arm_qpos])
         self.steps[idx] = 0
         self.ret[idx] = 0.0
         self.latency_buf[idx] = self.action_space.neutral
@@ -167,7 +168,7 @@ class MujocoEnv(BatchedEnv):
         if not self._seeded:
             raise RuntimeError("call reset(seed) before step()")
         self.latency_buf, executed = actions.delay(np, self.latency_buf, action, self.params["latency"])
-        self.ctrl = self.action_space.to_ctrl(np, executed.astype(np.float64), self.phys())
+        self.ctrl = self.action_space.to_ctrl(np, executed.astype(np.float64), self.phys(), self.ctrl)
         self._physics()
         self.steps += 1
         reward, success, progress = core.evaluate(np, self.task, self.phys(), self.target, self.params)

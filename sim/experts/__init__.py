@@ -198,11 +198,24 @@ class Expert:
         return np.zeros(len(self.fresh), np.int64) if n is None else np.where(self.fresh, 0, n)
 
     def closing_grip(self, ticks: np.ndarray, rate: float) -> np.ndarray:
-        """Grip command [N] whose target closes each finger about `rate` m per tick from open, `ticks` [N] ticks after
-        closing began (0: open): a finger that hits the object at full speed can pass through it (sim/robot.py)."""
+        """Grip command [N] whose target closes each finger about `rate` m per tick from open (at most the gripper's
+        max_speed), `ticks` [N] ticks after closing began (0: open): a finger that hits the object at full speed can
+        pass through it (sim/robot.py)."""
         g = self.env.task.robot.gripper
+        if g.max_speed is not None:
+            rate = min(rate, g.max_speed / self.env.control_hz)
         q = g.open - np.sign(g.open - g.closed) * (rate / g.finger_travel) * ticks
         return g.grip(np, np.clip(q, *g.ctrl_range))
+
+    def close_ticks_for(self, ticks: int, rate: float) -> int:
+        """Ticks to close on an object (at `rate`, closing_grip's) before moving it: `ticks`; for a gripper with a
+        max_speed, at least as many as its target takes to reach closed: its servo squeezes only once its target is
+        well past the object, and a speed-limited target gets there late."""
+        g = self.env.task.robot.gripper
+        if g.max_speed is None:
+            return ticks
+        per_tick = min(rate, g.max_speed / self.env.control_hz) / g.finger_travel
+        return max(ticks, int(np.ceil(abs(g.open - g.closed) / per_tick - 1e-9)))
 
     def move(self, delta: np.ndarray) -> np.ndarray:
         """ee_delta translation part for a desired displacement (m), saturated at a full step."""

@@ -49,7 +49,8 @@ class LiftExpert(Expert):
         closing = (self.ticks("at_grasp", at_grasp) >= 2) | holding | ((self.last_ticks("close") > 0) & near)
         close_n = self.ticks("close", closing)
         # lift once the fingers have closed on the cube; keep lifting while it is held
-        lifting = holding & ((close_n >= self.close_ticks) | (self.last_ticks("lift") > 0))
+        lifting = holding & ((close_n >= self.close_ticks_for(self.close_ticks, self.close_rate))
+                             | (self.last_ticks("lift") > 0))
         self.ticks("lift", lifting)
 
         z = np.where(aligned | (descending & (xy_err < self.keep_tol)), 0.0, self.hover)

@@ -188,7 +188,8 @@ class PegInsertExpert(Expert):
         place_yaw = np.where((peg_bottom_z > 0.02) & ~inserting,
                              np.clip(-self.gain * yaw4, -self.yaw_rate, self.yaw_rate), 0.0)
 
-        place = holding & (close_n >= self.close_ticks) | (holding_n > self.close_ticks)
+        close_ticks = self.close_ticks_for(self.close_ticks, self.close_rate)
+        place = holding & (close_n >= close_ticks) | (holding_n > close_ticks)
         move = np.where(place[:, None], place_move, pick_move)
         dyaw = np.where(holding | (close_n > 0), np.where(place, place_yaw, 0.0), self.gain * yaw_err)
         grip = np.where(holding & place, -1.0, self.closing_grip(close_n, self.close_rate))
