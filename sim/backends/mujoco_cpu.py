@@ -50,6 +50,7 @@ class MujocoEnv(BatchedEnv):
         self.mocap_pos = np.zeros((n, lay.nmocap, 3))
         self.sensordata = np.zeros((n, lay.nsensordata))
         self.ctrl = np.zeros((n, lay.nu))
+        self._prev_ctrl = np.zeros((n, lay.nu))
         self._state_out = np.zeros((n, self.substeps, nstate))
         self.target = np.zeros((n, task.target_dim), dtype=np.float32)
         self.params: dict = {}
@@ -99,7 +100,8 @@ class MujocoEnv(BatchedEnv):
         for k, v in params.items():
             self.params.setdefault(k, np.zeros(self.num_envs, dtype=v.dtype))[idx] = v
         self.target[idx] = target
-        self.ctrl[idx] = self.action_space.reset_ctrl(np, qpos[:, self.task.layout.arm_qpos])
+        # the targets a new episode's first step moves from (a speed-limited gripper's: open)
+        self._prev_ctrl[idx] = self.action_space.reset_ctrl(np, qpos[:, self.task.layout.arm_qpos])
         self.steps[idx] = 0
         self.ret[idx] = 0.0
         self.latency_buf[idx] = self.action_space.neutral
@@ -168,7 +170,8 @@ class MujocoEnv(BatchedEnv):
         if not self._seeded:
             raise RuntimeError("call reset(seed) before step()")
         self.latency_buf, executed = actions.delay(np, self.latency_buf, action, self.params["latency"])
-        self.ctrl = self.action_space.to_ctrl(np, executed.astype(np.float64), self.phys(), self.ctrl)
+        self.ctrl = self.action_space.to_ctrl(np, executed.astype(np.float64), self.phys(), self._prev_ctrl)
+        self._prev_ctrl = self.ctrl.copy()  # self.ctrl: the targets this step ran with, also after an auto-reset
         self._physics()
         self.steps += 1
         reward, success, progress = core.evaluate(np, self.task, self.phys(), self.target, self.params)
